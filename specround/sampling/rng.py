@@ -1,0 +1,114 @@
+"""Counter-based randomness: Philox-4x32-10 written with torch integer ops.
+
+A uniform is a pure function of ``(request seed, stream, counter)``. Nothing is carried between calls, so
+the value a request sees does not depend on which other requests share its batch, on the device, or on
+whether the round is being replayed by an auditor years later. The log stores counters, never generator
+state.
+
+Mapping onto Philox (Salmon et al., SC'11; Random123): the 64-bit seed is the key ``(lo32, hi32)``; the
+counter block is ``(counter lo32, counter hi32, stream, 0)``. Two of the four output words make one float64
+uniform in ``[0, 1)`` with 53 random bits: ``(w0 >> 5) * 2**26 + (w1 >> 6)`` divided by ``2**53``.
+
+All arithmetic runs on int64 tensors holding 32-bit values. The 32x32 -> 64-bit products are split into
+16-bit halves so that no intermediate exceeds 2**49; the result is therefore exact on every backend,
+without relying on wrap-around of signed overflow.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specround.sampling.types import Stream
+
+__all__ = [
+    "MASK32",
+    "philox4x32",
+    "uniforms",
+    "words_to_uniform",
+]
+
+MASK32 = 0xFFFFFFFF
+_MULT0 = 0xD2511F53
+_MULT1 = 0xCD9E8D57
+_WEYL0 = 0x9E3779B9
+_WEYL1 = 0xBB67AE85
+_ROUNDS = 10
+_TWO_POW_53 = float(2**53)
+
+
+def _mulhilo(a: torch.Tensor, multiplier: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (high, low) 32-bit words of ``a * multiplier`` for 32-bit ``a`` held in int64."""
+    m_hi = multiplier >> 16
+    m_lo = multiplier & 0xFFFF
+    low_part = a * m_lo  # < 2**48
+    mid = a * m_hi + (low_part >> 16)  # < 2**48 + 2**32: the product shifted right by 16
+    hi = mid >> 16
+    lo = ((mid & 0xFFFF) << 16) | (low_part & 0xFFFF)
+    return hi, lo
+
+
+def philox4x32(
+    counter: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    key: tuple[torch.Tensor, torch.Tensor],
+    rounds: int = _ROUNDS,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Philox-4x32 bijection of Random123 on int64 tensors of 32-bit words (all broadcastable).
+
+    ``counter`` is the four counter words, ``key`` the two key words; returns the four output words.
+    """
+    c0, c1, c2, c3 = (w & MASK32 for w in counter)
+    k0, k1 = (w & MASK32 for w in key)
+    for round_index in range(rounds):
+        if round_index > 0:
+            k0 = (k0 + _WEYL0) & MASK32
+            k1 = (k1 + _WEYL1) & MASK32
+        hi0, lo0 = _mulhilo(c0, _MULT0)
+        hi1, lo1 = _mulhilo(c2, _MULT1)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+    return c0, c1, c2, c3
+
+
+def words_to_uniform(w0: torch.Tensor, w1: torch.Tensor) -> torch.Tensor:
+    """Combine two 32-bit words into a float64 uniform in [0, 1) with 53 random bits."""
+    bits = ((w0 >> 5) << 26) | (w1 >> 6)  # < 2**53, exact in float64
+    return bits.to(torch.float64) / _TWO_POW_53
+
+
+def uniforms(
+    seeds: torch.Tensor | int,
+    stream: torch.Tensor | Stream | int,
+    counters: torch.Tensor | int,
+    *,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Uniforms in [0, 1) for a batch of ``(seed, stream, counter)`` triples.
+
+    Arguments broadcast against each other (int64 tensors or Python ints); the result is float64 with the
+    broadcast shape, on ``device`` (default: the device of the first tensor argument, else CPU). Seeds are
+    taken modulo 2**64 (negative int64 values name the same key as their unsigned reading); counters must
+    be non-negative and below 2**63.
+    """
+    tensors = [t for t in (seeds, stream, counters) if isinstance(t, torch.Tensor)]
+    target = torch.device(device) if device is not None else (tensors[0].device if tensors else None)
+
+    def as_int64(value: torch.Tensor | int) -> torch.Tensor:
+        if isinstance(value, torch.Tensor):
+            return value.to(device=target, dtype=torch.int64)
+        return torch.tensor(int(value), dtype=torch.int64, device=target)
+
+    seed_t = as_int64(seeds if not isinstance(seeds, int) else _signed64(seeds))
+    stream_t = as_int64(int(stream) if not isinstance(stream, torch.Tensor) else stream)
+    counter_t = as_int64(counters)
+    if bool((counter_t < 0).any()):
+        raise ValueError("RNG counters must be non-negative")
+    key = (seed_t & MASK32, (seed_t >> 32) & MASK32)
+    zero = torch.zeros_like(counter_t)
+    block = (counter_t & MASK32, (counter_t >> 32) & MASK32, (stream_t & MASK32) + zero, zero)
+    w0, w1, _, _ = philox4x32(block, key)
+    return words_to_uniform(w0, w1)
+
+
+def _signed64(value: int) -> int:
+    """Read any integer modulo 2**64 as a signed int64 (the bit pattern torch stores)."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= (1 << 63) else value
