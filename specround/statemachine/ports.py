@@ -1,0 +1,151 @@
+"""The event-log port: what the round controller needs from durable storage.
+
+``specround.adapters`` implements it over SQL (SQLite by default, PostgreSQL for many workers); tests may
+use any implementation that honours the same contract:
+
+* The log assigns each request's sequence numbers and computes its hash chain
+  (``hash = chain_hash(prev_hash, canonical_bytes(event))``, the first ``prev_hash`` being
+  :data:`~specround.canonical.GENESIS_HASH`).
+* :meth:`EventLog.publish` writes many rounds in **one** database transaction (group commit) while fencing
+  each request on its own: a conflict for one request never blocks or aborts another.
+* The fence lives in the database: unique keys on (request, generation) and (request, round id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from specround.statemachine.events import (
+    RequestOpened,
+    RoundDecided,
+    RoundPublished,
+    RoundReady,
+    RoundStaged,
+    RoundVerified,
+)
+
+__all__ = [
+    "EventLog",
+    "LogHead",
+    "PublishOutcome",
+    "PublishStatus",
+    "RoundPublication",
+    "StoredEvent",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One event as stored: the envelope the log adds around the event payload."""
+
+    request_id: str
+    seq: int
+    """Per-request sequence number, from 0 (the ``request_opened`` event)."""
+    kind: str
+    round_id: str | None
+    generation: int
+    """The request's generation this event belongs to (the published generation for round events)."""
+    schema_version: int
+    payload: dict[str, Any]
+    """The event's canonical JSON object (parse with :func:`~specround.statemachine.events.parse_event`)."""
+    prev_hash: str
+    hash: str
+    recorded_at: float
+    """Unix time at which the log stored the event."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogHead:
+    """The newest published point of one request's chain."""
+
+    request_id: str
+    generation: int
+    seq: int
+    hash: str
+    state_digest: str
+    """Digest of the request state this head publishes (the live projection)."""
+    finished: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RoundPublication:
+    """Everything one round appends: its five events, fenced on ``expected_generation``."""
+
+    request_id: str
+    round_id: str
+    expected_generation: int
+    commit_digest: str
+    successor_digest: str
+    finished: bool
+    ready: RoundReady
+    verified: RoundVerified
+    decided: RoundDecided
+    staged: RoundStaged
+    published: RoundPublished
+
+    def events(self) -> tuple[RoundReady, RoundVerified, RoundDecided, RoundStaged, RoundPublished]:
+        """The round's events in append order."""
+        return (self.ready, self.verified, self.decided, self.staged, self.published)
+
+
+class PublishStatus(StrEnum):
+    """Per-request result of a group-committed publish."""
+
+    PUBLISHED = "published"
+    """The fence moved; the round's events were appended."""
+    ALREADY_PUBLISHED = "already_published"
+    """The same round (same commit digest) was published before; nothing was appended (idempotent)."""
+    STALE_GENERATION = "stale_generation"
+    """Another transaction already published at this generation; nothing was appended."""
+    DUPLICATE_ROUND = "duplicate_round"
+    """This round id was published with a *different* commit; nothing was appended."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublishOutcome:
+    """What happened to one publication of a group commit."""
+
+    request_id: str
+    round_id: str
+    status: PublishStatus
+    generation: int
+    """The request's generation after the call (the published one, or the one that won)."""
+
+
+class EventLog(Protocol):
+    """Durable, append-only, hash-chained event storage with a per-request generation fence."""
+
+    def open_request(self, event: RequestOpened, state_digest: str) -> None:
+        """Append a request's first event at generation 0.
+
+        Opening the same request again with an identical event is a no-op; with a different one it raises
+        :class:`~specround.errors.InvalidRequestError`.
+        """
+        ...
+
+    def publish(self, publications: Sequence[RoundPublication]) -> list[PublishOutcome]:
+        """Group-commit rounds: one database transaction, one fence check per request.
+
+        Returns one outcome per publication, in order. Raises
+        :class:`~specround.errors.LogUnavailableError` if the transaction itself failed (nothing appended).
+        """
+        ...
+
+    def events(self, request_id: str | None = None) -> Iterator[StoredEvent]:
+        """Stream stored events ordered by (request, seq); all requests when ``request_id`` is None."""
+        ...
+
+    def request_ids(self) -> list[str]:
+        """Every request id in the log, sorted."""
+        ...
+
+    def head(self, request_id: str) -> LogHead | None:
+        """The newest published point of a request, or None if the log has never seen it."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; further calls are errors."""
+        ...
