@@ -1,0 +1,299 @@
+"""An in-memory :class:`~specround.statemachine.ports.EventLog` with exactly the SQL log's semantics.
+
+For fast tests and for embedding the controller without a database. Nothing survives the process; every
+other behaviour is the contract of :mod:`specround.statemachine.ports`, stated here precisely because the
+EventLog contract suite runs the same tests against this log and the SQL one:
+
+* ``open_request`` appends the ``request_opened`` event at seq 0, generation 0, with
+  ``prev_hash = GENESIS_HASH``. Opening again with byte-identical canonical event bytes and the same state
+  digest is a no-op; anything else for a known request id raises
+  :class:`~specround.errors.InvalidRequestError` and appends nothing.
+* ``publish`` is a group commit: every publication is checked for internal consistency first (its five
+  events name its request and round, ``ready.expected_generation == expected_generation``,
+  ``published.generation == expected_generation + 1``, the commit and successor digests agree, the request
+  was opened); any malformed publication refuses the whole call with
+  :class:`~specround.errors.InvalidRequestError` before anything is appended. Then each publication is
+  fenced on its own, in the order given (a later publication of the same request sees the effect of an
+  earlier one in the same call):
+
+  1. round id already published for the request with the same commit digest -> ``ALREADY_PUBLISHED``,
+     outcome generation = the generation that round published; nothing appended;
+  2. round id already published with a different commit digest -> ``DUPLICATE_ROUND``, outcome
+     generation = the request's current generation; nothing appended;
+  3. current generation != ``expected_generation`` -> ``STALE_GENERATION``, outcome generation = the
+     current generation (the one that won); nothing appended;
+  4. otherwise the five events are appended with consecutive seqs and chained hashes, all with the
+     envelope generation ``expected_generation + 1``; the head moves to that generation, the last event's
+     seq and hash, the publication's successor digest and finished flag -> ``PUBLISHED``.
+
+  The whole call is atomic: canonical bytes and hashes are computed before anything is stored.
+* ``events`` yields in (request, seq) order from a snapshot taken at the call; payloads are fresh dicts
+  decoded from the stored canonical bytes, so a caller cannot alter the log through them.
+* After ``close`` every call raises :class:`~specround.errors.LogUnavailableError`.
+
+The log is safe to share between threads (one lock around every operation).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
+from specround.errors import InvalidRequestError, LogUnavailableError
+from specround.statemachine.events import RequestOpened
+from specround.statemachine.ports import (
+    LogHead,
+    PublishOutcome,
+    PublishStatus,
+    RoundPublication,
+    StoredEvent,
+)
+
+__all__ = ["MemoryEventLog"]
+
+
+@dataclass(slots=True)
+class _StoredRow:
+    """An event as the memory log keeps it: the envelope plus the canonical payload bytes."""
+
+    seq: int
+    kind: str
+    round_id: str | None
+    generation: int
+    schema_version: int
+    payload: bytes
+    prev_hash: str
+    hash: str
+    recorded_at: float
+
+
+@dataclass(slots=True)
+class _RequestLog:
+    """One request's chain, head and publication fence."""
+
+    rows: list[_StoredRow]
+    head: LogHead
+    opened_digest: str
+    """The state digest given to ``open_request`` (the generation-0 state)."""
+    rounds: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """round id -> (commit digest, published generation)."""
+
+
+class MemoryEventLog:
+    """Append-only, hash-chained, generation-fenced event storage held in process memory."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        """Create an empty log; ``clock`` supplies ``recorded_at`` (Unix seconds)."""
+        self._clock = clock
+        self._requests: dict[str, _RequestLog] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # --- writing ----------------------------------------------------------------------------------------
+
+    def open_request(self, event: RequestOpened, state_digest: str) -> None:
+        """Append a request's ``request_opened`` event at generation 0 (idempotent for identical input)."""
+        if event.config.request_id != event.request_id:
+            raise InvalidRequestError(
+                f"request_opened for {event.request_id!r} carries the configuration of "
+                f"{event.config.request_id!r}"
+            )
+        payload = canonical_bytes(event)
+        event_hash = chain_hash(GENESIS_HASH, payload)
+        with self._lock:
+            self._require_open()
+            existing = self._requests.get(event.request_id)
+            if existing is not None:
+                if existing.rows[0].payload == payload and existing.opened_digest == state_digest:
+                    return
+                raise InvalidRequestError(
+                    f"request {event.request_id!r} is already open with a different configuration"
+                )
+            row = _StoredRow(
+                seq=0,
+                kind=event.kind,
+                round_id=None,
+                generation=0,
+                schema_version=event.schema_version,
+                payload=payload,
+                prev_hash=GENESIS_HASH,
+                hash=event_hash,
+                recorded_at=self._clock(),
+            )
+            head = LogHead(
+                request_id=event.request_id,
+                generation=0,
+                seq=0,
+                hash=event_hash,
+                state_digest=state_digest,
+                finished=False,
+            )
+            self._requests[event.request_id] = _RequestLog(rows=[row], head=head, opened_digest=state_digest)
+
+    def publish(self, publications: Sequence[RoundPublication]) -> list[PublishOutcome]:
+        """Group-commit rounds atomically, fencing each request on its own generation (see module doc)."""
+        for publication in publications:
+            _check_publication(publication)
+        encoded = [
+            [(event, canonical_bytes(event)) for event in publication.events()]
+            for publication in publications
+        ]
+        with self._lock:
+            self._require_open()
+            for publication in publications:
+                if publication.request_id not in self._requests:
+                    raise InvalidRequestError(f"publish for unknown request {publication.request_id!r}")
+            outcomes: list[PublishOutcome] = []
+            now = self._clock()
+            # Fence and stage against working copies first; commit them all at the end (atomicity).
+            staged: dict[str, tuple[list[_StoredRow], LogHead, dict[str, tuple[str, int]]]] = {}
+            for publication, events in zip(publications, encoded, strict=True):
+                request_id = publication.request_id
+                if request_id not in staged:
+                    current = self._requests[request_id]
+                    staged[request_id] = ([], current.head, {})
+                new_rows, head, new_rounds = staged[request_id]
+                known = new_rounds.get(publication.round_id) or self._requests[request_id].rounds.get(
+                    publication.round_id
+                )
+                if known is not None:
+                    commit_digest, published_generation = known
+                    if commit_digest == publication.commit_digest:
+                        status, generation = PublishStatus.ALREADY_PUBLISHED, published_generation
+                    else:
+                        status, generation = PublishStatus.DUPLICATE_ROUND, head.generation
+                elif head.generation != publication.expected_generation:
+                    status, generation = PublishStatus.STALE_GENERATION, head.generation
+                else:
+                    generation = publication.expected_generation + 1
+                    prev_hash, seq = head.hash, head.seq
+                    for event, payload in events:
+                        seq += 1
+                        event_hash = chain_hash(prev_hash, payload)
+                        new_rows.append(
+                            _StoredRow(
+                                seq=seq,
+                                kind=event.kind,
+                                round_id=publication.round_id,
+                                generation=generation,
+                                schema_version=event.schema_version,
+                                payload=payload,
+                                prev_hash=prev_hash,
+                                hash=event_hash,
+                                recorded_at=now,
+                            )
+                        )
+                        prev_hash = event_hash
+                    new_rounds[publication.round_id] = (publication.commit_digest, generation)
+                    head = LogHead(
+                        request_id=request_id,
+                        generation=generation,
+                        seq=seq,
+                        hash=prev_hash,
+                        state_digest=publication.successor_digest,
+                        finished=publication.finished,
+                    )
+                    staged[request_id] = (new_rows, head, new_rounds)
+                    status = PublishStatus.PUBLISHED
+                outcomes.append(
+                    PublishOutcome(
+                        request_id=request_id,
+                        round_id=publication.round_id,
+                        status=status,
+                        generation=generation,
+                    )
+                )
+            for request_id, (new_rows, head, new_rounds) in staged.items():
+                if new_rows:
+                    target = self._requests[request_id]
+                    target.rows.extend(new_rows)
+                    target.rounds.update(new_rounds)
+                    target.head = head
+            return outcomes
+
+    # --- reading ----------------------------------------------------------------------------------------
+
+    def events(self, request_id: str | None = None) -> Iterator[StoredEvent]:
+        """Stream stored events ordered by (request, seq), from a snapshot taken now."""
+        with self._lock:
+            self._require_open()
+            if request_id is None:
+                snapshot = [(rid, list(self._requests[rid].rows)) for rid in sorted(self._requests)]
+            elif request_id in self._requests:
+                snapshot = [(request_id, list(self._requests[request_id].rows))]
+            else:
+                snapshot = []
+        return _stream(snapshot)
+
+    def request_ids(self) -> list[str]:
+        """Every request id in the log, sorted."""
+        with self._lock:
+            self._require_open()
+            return sorted(self._requests)
+
+    def head(self, request_id: str) -> LogHead | None:
+        """The newest published point of a request, or None if the log has never seen it."""
+        with self._lock:
+            self._require_open()
+            entry = self._requests.get(request_id)
+            return None if entry is None else entry.head
+
+    def close(self) -> None:
+        """Mark the log closed; later calls raise :class:`~specround.errors.LogUnavailableError`."""
+        with self._lock:
+            self._closed = True
+
+    # --- internals --------------------------------------------------------------------------------------
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise LogUnavailableError("the event log is closed")
+
+
+def _stream(snapshot: list[tuple[str, list[_StoredRow]]]) -> Iterator[StoredEvent]:
+    for request_id, rows in snapshot:
+        for row in rows:
+            yield StoredEvent(
+                request_id=request_id,
+                seq=row.seq,
+                kind=row.kind,
+                round_id=row.round_id,
+                generation=row.generation,
+                schema_version=row.schema_version,
+                payload=json.loads(row.payload),
+                prev_hash=row.prev_hash,
+                hash=row.hash,
+                recorded_at=row.recorded_at,
+            )
+
+
+def _check_publication(publication: RoundPublication) -> None:
+    """Refuse a publication whose parts disagree with each other (before anything is appended)."""
+    request_id, round_id = publication.request_id, publication.round_id
+    for event in publication.events():
+        if event.request_id != request_id or event.round_id != round_id:
+            raise InvalidRequestError(
+                f"publication {request_id!r}/{round_id!r} holds a {event.kind} event of "
+                f"{event.request_id!r}/{event.round_id!r}"
+            )
+    expected = publication.expected_generation
+    if publication.ready.expected_generation != expected:
+        raise InvalidRequestError(
+            f"publication {request_id!r}/{round_id!r}: round_ready expects generation "
+            f"{publication.ready.expected_generation}, the publication {expected}"
+        )
+    if publication.published.generation != expected + 1:
+        raise InvalidRequestError(
+            f"publication {request_id!r}/{round_id!r}: round_published names generation "
+            f"{publication.published.generation}, expected {expected + 1}"
+        )
+    if publication.published.commit_digest != publication.commit_digest:
+        raise InvalidRequestError(f"publication {request_id!r}/{round_id!r}: commit digests disagree")
+    if publication.staged.successor_digest != publication.successor_digest:
+        raise InvalidRequestError(f"publication {request_id!r}/{round_id!r}: successor digests disagree")
+    if publication.decided.finished != publication.finished:
+        raise InvalidRequestError(f"publication {request_id!r}/{round_id!r}: finished flags disagree")
