@@ -16,7 +16,11 @@ SpecroundError
 │   ├── ZeroProposalProbabilityError
 │   ├── UnknownLayoutError
 │   ├── InvalidProcessorError
-│   └── InvalidRequestError
+│   ├── InvalidRequestError
+│   └── LedgerDeclarationError
+│       ├── UnreachableRateError
+│       ├── MissingProgressTokenError
+│       └── NegativeCostError
 ├── StaleCoordinateError
 ├── ProtocolError
 │   ├── IllegalTransitionError
@@ -29,7 +33,8 @@ SpecroundError
 ├── EventLogError
 │   ├── LogUnavailableError
 │   ├── SchemaVersionError
-│   └── LogIntegrityError
+│   ├── LogIntegrityError
+│   └── InvalidLogUrlError (also InputError)
 └── ModelError
     ├── ModelLoadError
     └── UnknownProposerError
@@ -45,12 +50,16 @@ __all__ = [
     "IllegalTransitionError",
     "InjectedFaultError",
     "InputError",
+    "InvalidLogUrlError",
     "InvalidProcessorError",
     "InvalidRequestError",
+    "LedgerDeclarationError",
     "LogIntegrityError",
     "LogUnavailableError",
+    "MissingProgressTokenError",
     "ModelError",
     "ModelLoadError",
+    "NegativeCostError",
     "NegativeMassError",
     "NonFiniteProbabilityError",
     "NotNormalisedError",
@@ -65,6 +74,7 @@ __all__ = [
     "StaleGenerationError",
     "UnknownLayoutError",
     "UnknownProposerError",
+    "UnreachableRateError",
     "ZeroProposalProbabilityError",
 ]
 
@@ -114,6 +124,22 @@ class InvalidProcessorError(InputError):
 
 class InvalidRequestError(InputError):
     """A request or round was opened with invalid parameters (empty prompt, zero budget, ...)."""
+
+
+class LedgerDeclarationError(InputError):
+    """A speedup-ledger declaration (acceptance profile, progress, costs, rounds) is refused (0x05)."""
+
+
+class UnreachableRateError(LedgerDeclarationError):
+    """An acceptance rate is not reach-conditioned, or is declared for a position no round can reach."""
+
+
+class MissingProgressTokenError(LedgerDeclarationError):
+    """Round progress omits the correction/bonus token: G must be min(A + 1, H), not A (0x05B)."""
+
+
+class NegativeCostError(LedgerDeclarationError):
+    """A declared or observed cost term is negative (a hidden credit is not a cost, 0x05C)."""
 
 
 # --- provenance -----------------------------------------------------------------------------------------
@@ -185,6 +211,10 @@ class SchemaVersionError(EventLogError):
 
 class LogIntegrityError(EventLogError):
     """The log contradicts itself: a broken hash chain or an event sequence replay cannot accept."""
+
+
+class InvalidLogUrlError(EventLogError, InputError):
+    """An event-log location is neither a filesystem path nor a usable SQLAlchemy URL (or no driver)."""
 
 
 # --- models ---------------------------------------------------------------------------------------------
