@@ -1,1 +1,36 @@
 """Declared, ordered, hashed logit processors and the chain that turns logits into processed rows."""
+
+from specround.sampling.processors.base import LogitProcessor, StopAutomaton
+from specround.sampling.processors.chain import ProcessorChain, sampling_chain
+from specround.sampling.processors.grammar import TokenGrammar
+from specround.sampling.processors.penalties import (
+    FrequencyPenalty,
+    PresencePenalty,
+    RepetitionPenalty,
+    TokenCountPenalty,
+)
+from specround.sampling.processors.registry import PROCESSOR_KINDS, build_processor, processor_from_spec
+from specround.sampling.processors.stateless import Greedy, LogitBias, MinP, Temperature, TopK, TopP
+from specround.sampling.processors.stop import StopSequences
+
+__all__ = [
+    "PROCESSOR_KINDS",
+    "FrequencyPenalty",
+    "Greedy",
+    "LogitBias",
+    "LogitProcessor",
+    "MinP",
+    "PresencePenalty",
+    "ProcessorChain",
+    "RepetitionPenalty",
+    "StopAutomaton",
+    "StopSequences",
+    "Temperature",
+    "TokenCountPenalty",
+    "TokenGrammar",
+    "TopK",
+    "TopP",
+    "build_processor",
+    "processor_from_spec",
+    "sampling_chain",
+]

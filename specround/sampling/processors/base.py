@@ -48,6 +48,35 @@ class LogitProcessor(ABC):
         """Consume one published token (stateful processors); stateless processors ignore it."""
         del token
 
+    def validate_vocab(self, vocab_size: int) -> None:
+        """Refuse (``InvalidProcessorError``) parameters that name tokens outside ``[0, vocab_size)``."""
+        del vocab_size
+
+    def validate_token(self, token: int) -> None:
+        """Refuse (``InvalidProcessorError``) a token that :meth:`advance` cannot consume, changing nothing.
+
+        Lets a chain check every processor before advancing any of them, so a refused token leaves the
+        whole chain untouched.
+        """
+        del token
+
+    def apply_along(self, logits: torch.Tensor, path: Sequence[int]) -> torch.Tensor:
+        """Row ``i`` of ``logits`` ``[n, V]`` processed at this processor's state advanced over ``path[:i]``.
+
+        ``len(path) >= n - 1``; returns ``[n, V]``; ``self`` is not modified. Stateless processors process
+        every row at once; the default for stateful ones clones and walks the path one row at a time, and
+        subclasses may vectorise it.
+        """
+        if not self.stateful:
+            return self.apply(logits)
+        walker = self.clone()
+        rows = []
+        for i in range(logits.shape[0]):
+            rows.append(walker.apply(logits[i : i + 1]))
+            if i + 1 < logits.shape[0]:
+                walker.advance(path[i])
+        return torch.cat(rows, dim=0) if rows else logits.clone()
+
     def clone(self) -> Self:
         """An independent copy whose later :meth:`advance` calls do not affect this one."""
         return type(self).from_spec(self.params(), self.state())
@@ -64,3 +93,19 @@ class StopAutomaton(ABC):
     @abstractmethod
     def stop_tokens(self) -> Sequence[int]:
         """Tokens that, emitted at the current state, end the request."""
+
+    def stop_sets_along(self, path: Sequence[int]) -> list[frozenset[int]]:
+        """``len(path) + 1`` stop sets: set ``i`` is :meth:`stop_tokens` after advancing over ``path[:i]``.
+
+        The default needs ``self`` to be a :class:`LogitProcessor` too (it walks a clone); ``self`` is not
+        modified.
+        """
+        if not isinstance(self, LogitProcessor):
+            raise TypeError(f"{type(self).__name__} must override stop_sets_along")
+        walker = self.clone()
+        assert isinstance(walker, StopAutomaton)
+        sets = [frozenset(walker.stop_tokens())]
+        for token in path:
+            walker.advance(token)
+            sets.append(frozenset(walker.stop_tokens()))
+        return sets

@@ -1,0 +1,277 @@
+"""The processor chain: an ordered, hashed list of processors plus the softmax that ends it.
+
+A :class:`ProcessorChain` is the request's processor state G. It turns raw logits into processed
+probability rows at its current state (:meth:`ProcessorChain.distribution`), or into the rows of a round
+along a draft path, each at its own logical prefix (:meth:`ProcessorChain.rows_along`, 0x04F, 0x06J), and
+advances over published tokens only (0x06D). Stateless processors are applied to every row of a round at
+once; only stateful ones are evaluated per row.
+
+Output rows keep the input's float dtype and are distributions over exactly ``vocab_size`` tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from specround.canonical import digest
+from specround.errors import (
+    DraftIdOutOfVocabError,
+    InvalidProcessorError,
+    NonFiniteProbabilityError,
+    ShapeMismatchError,
+)
+from specround.sampling.processors.base import LogitProcessor, StopAutomaton
+from specround.sampling.processors.grammar import TokenGrammar
+from specround.sampling.processors.penalties import FrequencyPenalty, PresencePenalty, RepetitionPenalty
+from specround.sampling.processors.registry import processor_from_spec
+from specround.sampling.processors.stateless import Greedy, LogitBias, MinP, Temperature, TopK, TopP
+from specround.sampling.processors.stop import StopSequences
+from specround.sampling.softmax import SoftmaxBackend, softmax
+
+__all__ = ["ProcessorChain", "sampling_chain"]
+
+_POS_INF = float("inf")
+_NEG_INF = float("-inf")
+
+
+def _backend(value: SoftmaxBackend | str) -> SoftmaxBackend:
+    try:
+        return SoftmaxBackend(value)
+    except ValueError as exc:
+        raise InvalidProcessorError(f"unknown softmax backend {value!r}") from exc
+
+
+class ProcessorChain:
+    """Ordered processors over a declared vocabulary, ending in a declared softmax backend."""
+
+    processors: tuple[LogitProcessor, ...]
+    """The processors, applied in this order."""
+    vocab_size: int
+    """Number of token ids every row covers."""
+    softmax: SoftmaxBackend
+    """Backend that normalises processed logits."""
+
+    def __init__(
+        self,
+        processors: Sequence[LogitProcessor] = (),
+        *,
+        vocab_size: int,
+        softmax: SoftmaxBackend | str = SoftmaxBackend.MAX_SHIFT,
+    ) -> None:
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+            raise InvalidProcessorError(f"vocab_size must be a positive integer, got {vocab_size!r}")
+        for p in processors:
+            if not isinstance(p, LogitProcessor):
+                raise InvalidProcessorError(f"not a LogitProcessor: {p!r}")
+            p.validate_vocab(vocab_size)
+        self.vocab_size = vocab_size
+        self.softmax = _backend(softmax)
+        # The chain owns private copies: advancing a caller's processor later cannot change it.
+        self.processors = tuple(p.clone() for p in processors)
+
+    # --- identity -------------------------------------------------------------------------------------
+
+    def clone(self) -> ProcessorChain:
+        """An independent copy (stateful processors are cloned; nothing O(V) is copied)."""
+        twin = object.__new__(ProcessorChain)
+        twin.vocab_size = self.vocab_size
+        twin.softmax = self.softmax
+        twin.processors = tuple(p.clone() for p in self.processors)
+        return twin
+
+    def to_spec(self) -> tuple[dict[str, Any], ...]:
+        """``({"kind", "params", "state"}, ...)`` in order; JSON-able and accepted by :meth:`from_spec`."""
+        return tuple({"kind": p.kind, "params": p.params(), "state": p.state()} for p in self.processors)
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: Iterable[Mapping[str, Any]],
+        *,
+        vocab_size: int,
+        softmax: SoftmaxBackend | str = SoftmaxBackend.MAX_SHIFT,
+    ) -> ProcessorChain:
+        """Rebuild a chain (with state) from :meth:`to_spec` output."""
+        if isinstance(spec, (Mapping, str, bytes)):
+            raise InvalidProcessorError("a chain spec is a sequence of processor specs")
+        return cls([processor_from_spec(item) for item in spec], vocab_size=vocab_size, softmax=softmax)
+
+    def _identity(self, *, with_state: bool) -> dict[str, Any]:
+        return {
+            "vocab_size": self.vocab_size,
+            "softmax": self.softmax.value,
+            "processors": [
+                {"kind": p.kind, "params": p.params(), **({"state": p.state()} if with_state else {})}
+                for p in self.processors
+            ],
+        }
+
+    def digest(self) -> str:
+        """Canonical digest of order, kinds, params, state, vocabulary size and softmax backend."""
+        return digest(self._identity(with_state=True))
+
+    def config_digest(self) -> str:
+        """Like :meth:`digest` without state: the declared policy, bound into the round coordinate."""
+        return digest(self._identity(with_state=False))
+
+    @property
+    def stateful(self) -> bool:
+        """Whether any processor changes when advanced."""
+        return any(p.stateful for p in self.processors)
+
+    def __repr__(self) -> str:
+        kinds = ", ".join(p.kind for p in self.processors)
+        return f"ProcessorChain([{kinds}], vocab_size={self.vocab_size}, softmax={self.softmax.value!r})"
+
+    # --- state ----------------------------------------------------------------------------------------
+
+    def _check_token(self, token: Any) -> int:
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < self.vocab_size:
+            raise DraftIdOutOfVocabError(f"token {token!r} outside [0, {self.vocab_size})")
+        return int(token)
+
+    def advance(self, token: int) -> None:
+        """Consume one published token in every processor, in order; refused tokens change nothing."""
+        token = self._check_token(token)
+        for p in self.processors:
+            p.validate_token(token)
+        for p in self.processors:
+            p.advance(token)
+
+    def advance_many(self, tokens: Iterable[int]) -> None:
+        """Consume published tokens in order; all or nothing (a refused token leaves the chain as it was)."""
+        staged = [p.clone() for p in self.processors]
+        for raw in tokens:
+            token = self._check_token(raw)
+            for p in staged:
+                p.validate_token(token)
+            for p in staged:
+                p.advance(token)
+        self.processors = tuple(staged)
+
+    # --- rows -----------------------------------------------------------------------------------------
+
+    def _check_logits(self, logits: torch.Tensor) -> None:
+        if logits.dim() != 2 or logits.shape[-1] != self.vocab_size:
+            raise ShapeMismatchError(
+                f"logits must be [V] or [N, V] with V = {self.vocab_size}, got {tuple(logits.shape)}"
+            )
+        if not logits.dtype.is_floating_point:
+            raise ShapeMismatchError(f"logits must be floating point, got {logits.dtype}")
+        if logits.numel() and not bool((logits < _POS_INF).all()):
+            raise NonFiniteProbabilityError("logits hold NaN or +inf")
+
+    def _normalise(self, processed: torch.Tensor) -> torch.Tensor:
+        """Softmax of processed logits ``[n, V]``, refusing rows with no allowed token."""
+        if processed.shape[0] == 0:
+            return processed.clone()
+        top = processed.amax(dim=-1)  # [n]
+        empty = top == _NEG_INF
+        if bool(empty.any()):
+            rows = empty.nonzero().flatten().tolist()
+            raise InvalidProcessorError(f"the processors leave no allowed token in rows {rows}")
+        if not bool(torch.isfinite(top).all()):
+            raise InvalidProcessorError(
+                "processing produced NaN or +inf logits (e.g. an extreme temperature)"
+            )
+        return softmax(processed, self.softmax)
+
+    def distribution(self, logits: torch.Tensor) -> torch.Tensor:
+        """Processed probabilities at the current state: ``[V] -> [V]`` or ``[N, V] -> [N, V]``."""
+        single = logits.dim() == 1
+        rows = logits.unsqueeze(0) if single else logits  # [N, V]
+        self._check_logits(rows)
+        for p in self.processors:
+            rows = p.apply(rows)
+        probs = self._normalise(rows)  # [N, V]
+        return probs.squeeze(0) if single else probs
+
+    def rows_along(self, logits: torch.Tensor, path: Sequence[int]) -> torch.Tensor:
+        """Row ``i`` of ``logits`` ``[n, V]`` processed at the state advanced over ``path[:i]``.
+
+        Needs ``len(path) >= n - 1`` (later tokens are ignored); returns ``[n, V]`` probabilities and
+        leaves ``self`` unchanged. Equal to advancing a clone token by token and calling
+        :meth:`distribution` on each row for every path the chain can advance over. After a path token
+        a grammar refuses, the following rows are unreachable (that token has probability 0 in its own
+        row) and are computed with the grammar held at its last state.
+        """
+        if logits.dim() != 2:
+            raise ShapeMismatchError(f"rows_along needs [n, V] logits, got {tuple(logits.shape)}")
+        self._check_logits(logits)
+        n = logits.shape[0]
+        if len(path) < n - 1:
+            raise ShapeMismatchError(f"{n} rows need a path of at least {n - 1} tokens, got {len(path)}")
+        steps = [self._check_token(t) for t in path[: max(0, n - 1)]]
+        rows = logits  # [n, V]
+        for p in self.processors:
+            rows = p.apply_along(rows, steps)
+        return self._normalise(rows)
+
+    def stop_tokens(self) -> frozenset[int]:
+        """Tokens that would end the request if emitted now (union over the stop automata)."""
+        found: frozenset[int] = frozenset()
+        for p in self.processors:
+            if isinstance(p, StopAutomaton):
+                found = found.union(p.stop_tokens())
+        return found
+
+    def stop_sets_along(self, path: Sequence[int]) -> list[frozenset[int]]:
+        """``len(path) + 1`` stop sets: set ``i`` after advancing over ``path[:i]`` (``self`` unchanged)."""
+        steps = [self._check_token(t) for t in path]
+        sets: list[frozenset[int]] = [frozenset()] * (len(steps) + 1)
+        for p in self.processors:
+            if isinstance(p, StopAutomaton):
+                sets = [a | b for a, b in zip(sets, p.stop_sets_along(steps), strict=True)]
+        return sets
+
+
+def sampling_chain(
+    vocab_size: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+    repetition_penalty: float | None = None,
+    frequency_penalty: float | None = None,
+    presence_penalty: float | None = None,
+    logit_bias: Mapping[int, float] | None = None,
+    stop_sequences: Sequence[Sequence[int]] | None = None,
+    grammar: TokenGrammar | None = None,
+    softmax: SoftmaxBackend | str = SoftmaxBackend.MAX_SHIFT,
+) -> ProcessorChain:
+    """The usual decoding policy as a chain, in a fixed order.
+
+    Order: logit bias, repetition, frequency and presence penalties, grammar, then temperature (``0``
+    means :class:`Greedy`; ``1`` adds nothing), top-k, top-p, min-p, and the stop sequences. ``None``
+    leaves a processor out. Under greedy decoding the truncations are left out: they cannot change a
+    one-hot row.
+    """
+    processors: list[LogitProcessor] = []
+    if logit_bias:
+        processors.append(LogitBias(logit_bias))
+    if repetition_penalty is not None:
+        processors.append(RepetitionPenalty(repetition_penalty))
+    if frequency_penalty is not None:
+        processors.append(FrequencyPenalty(frequency_penalty))
+    if presence_penalty is not None:
+        processors.append(PresencePenalty(presence_penalty))
+    if grammar is not None:
+        processors.append(grammar)
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature == 0:
+        processors.append(Greedy())
+    else:
+        if temperature != 1.0:
+            processors.append(Temperature(temperature))
+        if top_k is not None:
+            processors.append(TopK(top_k))
+        if top_p is not None:
+            processors.append(TopP(top_p))
+        if min_p is not None:
+            processors.append(MinP(min_p))
+    if stop_sequences:
+        processors.append(StopSequences(stop_sequences))
+    return ProcessorChain(processors, vocab_size=vocab_size, softmax=softmax)
