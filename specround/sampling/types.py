@@ -128,6 +128,13 @@ class SamplerDecision:
     terminal_token_mass: torch.Tensor
     """[B] float64 row mass of the terminal token itself: ``u * Z`` lies in
     ``[terminal_mass_before, terminal_mass_before + terminal_token_mass)``."""
+    stopped_by_token: torch.Tensor
+    """[B] bool: an emitted stop token ended the request (finish reason "stop"); ``finished`` without it
+    means the length cap did (finish reason "length"). When both happen at once, the stop token wins."""
+    degenerate_correction: torch.Tensor
+    """[B] bool: a rejection whose residual mass was at or below the degenerate tolerance (p and q equal up
+    to rounding, 0x03D), so the correction was drawn from the target row ``p[terminal_row]`` itself;
+    ``residual_mass`` then holds that row's sum."""
 
     @property
     def batch_size(self) -> int:

@@ -1,0 +1,549 @@
+"""The batched exact speculative sampler: accept/reject, correction or bonus, stops, RNG accounting.
+
+For request ``b`` with draft length ``k = draft_lens[b] <= K`` and budget ``R = remaining[b] >= 1``
+(0x03-0x03H, 0x04, 0x05B, 0x06D):
+
+1. Test ``i`` (1-based) accepts iff ``u_i < p_i(d_i) / q_i(d_i)`` (:func:`accepts`, the one place this
+   predicate is written). ``A`` is the length of the leading run of accepted tests: the first rejection ends
+   the round (0x03G).
+2. A stop inside the accepted prefix: ``s`` = the smallest ``i <= A`` with ``d_i`` in the stop set of
+   position ``i`` or ``i == R``. Then ``d_1..d_s`` are emitted, terminal STOP, ``accept_draws = s`` (later
+   tests are never reached), no terminal draw, and the request is finished.
+3. Otherwise one TERMINAL uniform draws the terminal token by inverse CDF (:func:`inverse_cdf`) from row
+   ``A``: the residual ``max(p_{A+1} - q_{A+1}, 0)`` after a rejection (``A < k``, a correction), or the
+   target row ``p_{k+1}`` when every draft was accepted (``A == k``, a bonus; for ``k < K`` that is row
+   ``k``, not the last padded row). ``accept_draws = min(A + 1, k)``, ``terminal_draws = 1``; the request is
+   finished when the terminal token is in the stop set of position ``A + 1`` or ``A + 1 == R``.
+   With ``k = 0`` the round is plain target sampling from ``p_1``.
+
+Degenerate cases (0x03D): ``q_i(d_i) = 0`` for a drafted token is refused
+(:class:`~specround.errors.ZeroProposalProbabilityError`); residual entries are clamped at zero (which also
+removes tiny negative rounding residue) and summed in float64. A rejection is only possible when
+``p(d) < q(d)``, so for normalised rows the residual mass ``Z`` is at least ``q(d) - p(d) > 0``. When a
+rejection nevertheless meets ``Z <= degenerate_residual_tolerance(dtype)`` (16 units of roundoff of the rows'
+dtype), ``p`` and ``q`` are equal up to rounding, the correction branch is mathematically unreachable and
+the rejection is a floating-point artefact: the correction is then drawn from the target row ``p_{A+1}``
+itself and flagged in ``SamplerDecision.degenerate_correction``. The output law differs from the exact one
+by at most ``Z`` in total variation, i.e. by less than the rows' own rounding.
+
+Greedy rows (one-hot ``p`` and ``q``) reproduce greedy decoding exactly: a draft is accepted iff it is the
+target's argmax, and the residual of a rejection is the target's one-hot row.
+
+Performance: the sampler reads the gathered ``p_i(d_i)``, ``q_i(d_i)`` and only the one terminal row per
+request (two for a correction). The residual, its block sums and the read-mode row checks are computed in
+one pass over vocabulary chunks that stay in cache on CPU (one chunk on accelerators); the token is then
+found by a two-level search (block sums, then a cumulative sum inside one block). There is no Python loop
+over the batch or the draft positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from specround.errors import (
+    InvalidRequestError,
+    NegativeMassError,
+    NonFiniteProbabilityError,
+    NotNormalisedError,
+    ShapeMismatchError,
+)
+from specround.sampling.rng import uniforms
+from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision, Stream, TerminalKind
+from specround.sampling.validation import (
+    PROBABILITY_DTYPES,
+    RowStatistics,
+    ValidationMode,
+    check_all_rows,
+    check_batch_structure,
+    check_draft_values,
+    check_reached_uniforms,
+    check_row_statistics,
+    check_uniform_shapes,
+)
+
+__all__ = [
+    "BLOCK_SIZE",
+    "DEGENERATE_RESIDUAL_ULPS",
+    "InverseCdfDraw",
+    "accepts",
+    "decide",
+    "decide_from_uniforms",
+    "degenerate_residual_tolerance",
+    "inverse_cdf",
+    "round_uniforms",
+    "terminal_mass",
+]
+
+BLOCK_SIZE = 256
+"""Vocabulary block of the two-level inverse-CDF search: block sums first, then a cumsum inside one block."""
+
+DEGENERATE_RESIDUAL_ULPS = 16
+"""A residual mass at or below this many units of roundoff of the rows' dtype counts as zero (0x03D)."""
+
+_CPU_CHUNK_ELEMENTS = 1 << 18
+"""Elements per vocabulary chunk of the terminal pass on CPU (a few float64 copies stay in a 2 MiB L2)."""
+
+_F64 = torch.float64
+
+
+def degenerate_residual_tolerance(dtype: torch.dtype) -> float:
+    """Residual mass ``Z`` at or below which a rejection is a rounding artefact: ``16 * eps(dtype)``.
+
+    Why 16 ulps: rows that are roundings of the same distribution differ entrywise by a few units of
+    roundoff relative to each entry, so their positive-part difference sums to a few ``eps`` at most; 16
+    leaves margin for two softmax implementations (0x04J) while staying far below any real difference.
+    """
+    return DEGENERATE_RESIDUAL_ULPS * float(torch.finfo(dtype).eps)
+
+
+@dataclass(frozen=True, slots=True)
+class InverseCdfDraw:
+    """One inverse-CDF draw per row: the token and the bracket an audit re-checks (INV-10)."""
+
+    tokens: torch.Tensor
+    """[N] int64 the smallest index whose cumulative mass exceeds ``u * total`` (never a zero-mass token)."""
+    mass_before: torch.Tensor
+    """[N] float64 cumulative row mass strictly before the token."""
+    token_mass: torch.Tensor
+    """[N] float64 the token's own mass: ``mass_before <= u * total < mass_before + token_mass``, up to the
+    rounding clamp described in :func:`inverse_cdf`."""
+    total: torch.Tensor
+    """[N] float64 total row mass (summed block by block, in float64)."""
+
+
+def accepts(uniforms: torch.Tensor, p_draft: torch.Tensor, q_draft: torch.Tensor) -> torch.Tensor:
+    """The acceptance predicate, in float64: accept iff ``u < p(d) / q(d)`` (0x03A).
+
+    With ``u`` in ``[0, 1)``: ``p >= q`` always accepts (so ``p == q`` never corrects), ``p = 0`` always
+    rejects, and ``P(accept) = min(1, p / q)``. Inputs broadcast; returns a bool tensor. The sampler and the
+    audit both call this function, so it is the only place the rule is written.
+    """
+    return uniforms.to(_F64) < p_draft.to(_F64) / q_draft.to(_F64)
+
+
+def terminal_mass(
+    p_rows: torch.Tensor, q_rows: torch.Tensor | None, correction: torch.Tensor
+) -> torch.Tensor:
+    """Unnormalised float64 mass the terminal token is drawn from, per row.
+
+    ``p_rows`` [N, C] and ``q_rows`` [N, C] (``None`` when no row is a correction) hold the same columns of
+    the terminal rows; ``correction`` [N] bool selects the residual ``max(p - q, 0)``, otherwise the row is
+    ``p`` itself (a bonus, or a degenerate correction). The difference is taken in float64 (exact for
+    float32 inputs) and negative entries are clamped to zero. Returns [N, C] float64.
+    """
+    p64 = p_rows.to(_F64)  # [N, C]
+    if q_rows is None:
+        return p64.clamp_min(0.0)
+    diff = torch.where(correction[:, None], p64 - q_rows.to(_F64), p64)  # [N, C]
+    return diff.clamp_min(0.0)
+
+
+def _last_true(mask: torch.Tensor) -> torch.Tensor:
+    """[N] index of the last True entry of each row of ``mask`` [N, M] (M - 1 when a row has none)."""
+    width = mask.shape[1]
+    return (width - 1) - mask.flip(1).to(torch.int64).argmax(1)
+
+
+def _search(
+    block_sums: torch.Tensor,
+    u: torch.Tensor,
+    block_values: Callable[[torch.Tensor], torch.Tensor],
+) -> InverseCdfDraw:
+    """Two-level inverse-CDF search over rows given by their block sums and a block reader.
+
+    ``block_sums`` [N, nB] float64 (the last block zero-padded to ``BLOCK_SIZE``), ``u`` [N] float64 and
+    ``block_values(block [N]) -> [N, BLOCK_SIZE]`` float64 returning the same values the sums were taken over.
+    """
+    n_blocks = block_sums.shape[1]
+    cumulative = block_sums.cumsum(1)  # [N, nB]
+    total = cumulative[:, -1]  # [N]
+    target = u * total  # [N]
+    block = torch.searchsorted(cumulative, target[:, None], right=True).squeeze(1)  # [N] first cum > target
+    # Top-end clamp: u * total rounded up to total; fall back to the last block with positive mass.
+    block = torch.where(block < n_blocks, block, _last_true(block_sums > 0))
+    before_block = cumulative.gather(1, (block - 1).clamp_min(0)[:, None]).squeeze(1)  # [N]
+    prefix = torch.where(block > 0, before_block, torch.zeros_like(before_block))  # [N] <= target
+    values = block_values(block)  # [N, BS]
+    inside = prefix[:, None] + values.cumsum(1)  # [N, BS]
+    offset = torch.searchsorted(inside, target[:, None], right=True).squeeze(1)  # [N]
+    # Rounding clamp: the block's own cumsum may end a few ulps below its block sum.
+    offset = torch.where(offset < BLOCK_SIZE, offset, _last_true(values > 0))
+    before_token = inside.gather(1, (offset - 1).clamp_min(0)[:, None]).squeeze(1)  # [N]
+    mass_before = torch.where(offset > 0, before_token, prefix)
+    token_mass = values.gather(1, offset[:, None]).squeeze(1)  # [N]
+    return InverseCdfDraw(
+        tokens=block * BLOCK_SIZE + offset,
+        mass_before=mass_before,
+        token_mass=token_mass,
+        total=total,
+    )
+
+
+def _pad_to_blocks(values: torch.Tensor) -> torch.Tensor:
+    """Zero-pad the last dimension of ``values`` [N, C] to a multiple of ``BLOCK_SIZE``."""
+    extra = -values.shape[1] % BLOCK_SIZE
+    return F.pad(values, (0, extra)) if extra else values
+
+
+def inverse_cdf(row_mass: torch.Tensor, uniforms: torch.Tensor) -> InverseCdfDraw:
+    """Draw one token per row by inverse CDF from one uniform (the sampler's terminal draw, and the audit's).
+
+    ``row_mass`` [N, V] holds non-negative, finite, not necessarily normalised masses (float32 or float64);
+    ``uniforms`` [N] float64 in ``[0, 1)``. The token is the smallest index whose cumulative mass exceeds
+    ``u * total``; cumulative masses are float64, summed two-level (``BLOCK_SIZE`` blocks, then within the
+    block), so ``mass_before <= u * total < mass_before + token_mass``. A zero-mass token is never chosen.
+    Rounding clamp: when ``u * total`` lands at or above the last cumulative value (possible only through
+    rounding, by a few ulps of ``total``), the last positive-mass token of the selected block (or of the
+    row) is returned and the bracket holds up to those ulps.
+
+    Raises :class:`ShapeMismatchError` for bad shapes or dtypes, :class:`NonFiniteProbabilityError`,
+    :class:`NegativeMassError`, :class:`NotNormalisedError` for a row without positive mass, and
+    :class:`InvalidRequestError` for a uniform outside ``[0, 1)``.
+    """
+    if row_mass.dim() != 2 or row_mass.shape[1] < 1 or row_mass.dtype not in PROBABILITY_DTYPES:
+        raise ShapeMismatchError(f"row_mass must be [N, V] float32/float64, got {tuple(row_mass.shape)}")
+    if tuple(uniforms.shape) != (row_mass.shape[0],) or not uniforms.is_floating_point():
+        raise ShapeMismatchError(f"uniforms must be a float [N] tensor, got {tuple(uniforms.shape)}")
+    if uniforms.device != row_mass.device:
+        raise ShapeMismatchError(f"uniforms are on {uniforms.device} but row_mass is on {row_mass.device}")
+    u = uniforms.to(_F64)
+    with torch.no_grad():
+        if not bool(torch.isfinite(row_mass).all()):
+            raise NonFiniteProbabilityError("row_mass holds NaN or an infinity")
+        if bool((row_mass < 0).any()):
+            raise NegativeMassError("row_mass holds a negative entry")
+        if not bool(((u >= 0) & (u < 1)).all()):
+            raise InvalidRequestError("inverse-CDF uniforms must lie in [0, 1)")
+        padded = _pad_to_blocks(row_mass.to(_F64))  # [N, nB * BS]
+        n_rows = padded.shape[0]
+        block_sums = padded.view(n_rows, -1, BLOCK_SIZE).sum(-1)  # [N, nB]
+        if not bool((block_sums.sum(1) > 0).all()):
+            raise NotNormalisedError("an inverse-CDF row has no positive mass")
+        columns = torch.arange(BLOCK_SIZE, device=padded.device)  # [BS]
+
+        def block_values(block: torch.Tensor) -> torch.Tensor:
+            return padded.gather(1, block[:, None] * BLOCK_SIZE + columns[None, :])  # [N, BS]
+
+        return _search(block_sums, u, block_values)
+
+
+def round_uniforms(batch: SamplerBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """The round's uniforms from the counter-based RNG, in one Philox call (INV-3, INV-10).
+
+    Test ``i`` (0-based) of request ``b`` uses ``(seeds[b], ACCEPT, accept_counters[b] + i)`` and the terminal
+    draw ``(seeds[b], TERMINAL, terminal_counters[b])``. Returns accept uniforms [B, K] and terminal uniforms
+    [B], float64. Computing a uniform consumes nothing: only reached tests are accounted by the decision.
+    """
+    k_max = batch.draft_ids.shape[1]
+    device = batch.p.device
+    positions = torch.arange(k_max, device=device)  # [K]
+    counters = torch.cat(
+        [batch.accept_counters[:, None] + positions[None, :], batch.terminal_counters[:, None]], dim=1
+    )  # [B, K+1]
+    streams = torch.full((k_max + 1,), int(Stream.ACCEPT), dtype=torch.int64, device=device)  # [K+1]
+    streams[k_max] = int(Stream.TERMINAL)
+    drawn = uniforms(batch.seeds[:, None], streams[None, :], counters)  # [B, K+1]
+    return drawn[:, :k_max], drawn[:, k_max]
+
+
+def _chunk_columns(n_rows: int, vocab: int, device: torch.device) -> int:
+    """Vocabulary columns per chunk of the terminal pass: cache-sized on CPU, the whole row elsewhere."""
+    whole = vocab + (-vocab % BLOCK_SIZE)
+    if device.type != "cpu":
+        return whole
+    columns = (_CPU_CHUNK_ELEMENTS // max(n_rows, 1)) // BLOCK_SIZE * BLOCK_SIZE
+    return min(whole, max(BLOCK_SIZE, columns))
+
+
+@dataclass(frozen=True, slots=True)
+class _TerminalRows:
+    """Where the terminal rows of the requests that draw a terminal token live in ``p`` and ``q``."""
+
+    batch_rows: torch.Tensor
+    """[N] int64 request index b."""
+    p_rows: torch.Tensor
+    """[N] int64 row of p (A)."""
+    q_rows: torch.Tensor | None
+    """[N] int64 row of q (A, clamped to K - 1 for bonus rows, whose q row is never used); None when no
+    row is a correction."""
+    correction: torch.Tensor
+    """[N] bool: draw from the residual (else from p)."""
+
+
+def _block_sums_pass(
+    p: torch.Tensor, q: torch.Tensor, rows: _TerminalRows, *, with_stats: bool
+) -> tuple[torch.Tensor, RowStatistics | None, RowStatistics | None]:
+    """One chunked pass over the terminal rows: float64 block sums of the terminal mass, and row statistics.
+
+    Returns block sums [N, nB], and (when ``with_stats``) sum/minimum of the p rows and of the q rows.
+    """
+    n_rows, vocab = rows.batch_rows.shape[0], p.shape[2]
+    n_blocks = -(-vocab // BLOCK_SIZE)
+    sums = torch.empty(n_rows, n_blocks, dtype=_F64, device=p.device)  # [N, nB]
+    p_total = torch.zeros(n_rows, dtype=_F64, device=p.device)
+    q_total = torch.zeros(n_rows, dtype=_F64, device=p.device)
+    p_min = torch.full((n_rows,), float("inf"), dtype=p.dtype, device=p.device)
+    q_min = torch.full((n_rows,), float("inf"), dtype=p.dtype, device=p.device)
+    step = _chunk_columns(n_rows, vocab, p.device)
+    for start in range(0, vocab, step):  # vocabulary chunks, not batch rows
+        stop = min(start + step, vocab)
+        p_part = p[rows.batch_rows, rows.p_rows, start:stop]  # [N, C]
+        q_part = None if rows.q_rows is None else q[rows.batch_rows, rows.q_rows, start:stop]  # [N, C]
+        if with_stats:
+            p_total += p_part.sum(1)
+            p_min = torch.minimum(p_min, p_part.amin(1))
+            if q_part is not None:
+                q_total += q_part.sum(1)
+                q_min = torch.minimum(q_min, q_part.amin(1))
+        mass = _pad_to_blocks(terminal_mass(p_part, q_part, rows.correction))  # [N, C']
+        first = start // BLOCK_SIZE
+        sums[:, first : first + mass.shape[1] // BLOCK_SIZE] = mass.view(n_rows, -1, BLOCK_SIZE).sum(-1)
+    if not with_stats:
+        return sums, None, None
+    return sums, RowStatistics(p_total, p_min), RowStatistics(q_total, q_min)
+
+
+def _block_reader(
+    p: torch.Tensor, q: torch.Tensor, rows: _TerminalRows
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``block [N] -> [N, BS]`` float64 terminal mass of that block of each terminal row (zero past V)."""
+    vocab = p.shape[2]
+    columns = torch.arange(BLOCK_SIZE, device=p.device)  # [BS]
+
+    def read(block: torch.Tensor) -> torch.Tensor:
+        cols = block[:, None] * BLOCK_SIZE + columns[None, :]  # [N, BS]
+        safe = cols.clamp(max=vocab - 1)
+        b_idx, p_idx = rows.batch_rows[:, None], rows.p_rows[:, None]
+        p_vals = p[b_idx, p_idx, safe]  # [N, BS]
+        q_vals = None if rows.q_rows is None else q[b_idx, rows.q_rows[:, None], safe]  # [N, BS]
+        mass = terminal_mass(p_vals, q_vals, rows.correction)  # [N, BS]
+        return mass.masked_fill(cols >= vocab, 0.0)
+
+    return read
+
+
+def _draw_terminal(
+    batch: SamplerBatch,
+    rows: _TerminalRows,
+    u: torch.Tensor,
+    mode: ValidationMode,
+) -> tuple[InverseCdfDraw, torch.Tensor]:
+    """Check (read mode) and draw the terminal tokens of ``rows``; returns the draw and [N] degenerate flags.
+
+    A degenerate correction (residual mass at or below the tolerance) is redrawn from its target row.
+    """
+    p, q = batch.p, batch.q
+    vocab = p.shape[2]
+    sums, p_stats, q_stats = _block_sums_pass(p, q, rows, with_stats=mode == "read")
+    if p_stats is not None and q_stats is not None:
+
+        def describe(kind: str) -> Callable[[tuple[int, ...]], str]:
+            def text(index: tuple[int, ...]) -> str:
+                (i,) = index
+                return f"{kind} row {int(rows.p_rows[i])} of request {int(rows.batch_rows[i])} (terminal row)"
+
+            return text
+
+        def read_p(index: tuple[int, ...]) -> torch.Tensor:
+            (i,) = index
+            return p[rows.batch_rows[i], rows.p_rows[i]]
+
+        def read_q(index: tuple[int, ...]) -> torch.Tensor:
+            (i,) = index
+            assert rows.q_rows is not None
+            return q[rows.batch_rows[i], rows.q_rows[i]]
+
+        all_rows = torch.ones_like(rows.correction)
+        check_row_statistics(
+            p_stats, all_rows, dtype=p.dtype, vocab_size=vocab, describe=describe("p"), rows=read_p
+        )
+        if rows.q_rows is not None:
+            check_row_statistics(
+                q_stats, rows.correction, dtype=p.dtype, vocab_size=vocab, describe=describe("q"), rows=read_q
+            )
+
+    residual_total = sums.cumsum(1)[:, -1]  # [N], summed as the search sums it
+    degenerate = rows.correction & (residual_total <= degenerate_residual_tolerance(p.dtype))  # [N]
+    if bool(degenerate.any()):
+        rows = _TerminalRows(rows.batch_rows, rows.p_rows, rows.q_rows, rows.correction & ~degenerate)
+        redo = degenerate.nonzero().squeeze(1)  # [n']
+        target_only = _TerminalRows(
+            rows.batch_rows[redo], rows.p_rows[redo], None, torch.zeros_like(redo, dtype=torch.bool)
+        )
+        sums[redo] = _block_sums_pass(p, q, target_only, with_stats=False)[0]
+    return _search(sums, u, _block_reader(p, q, rows)), degenerate
+
+
+def _stop_rows(stop_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Stop sets [B, N, S] at 0-based output positions [B, N] (``stop_ids`` [B, S] or [B, K+1, S])."""
+    if stop_ids.dim() == 2:
+        return stop_ids[:, None, :].expand(-1, positions.shape[1], -1)
+    index = positions[:, :, None].expand(-1, -1, stop_ids.shape[2])  # [B, N, S]
+    return stop_ids.gather(1, index)
+
+
+def _in_stop_set(tokens: torch.Tensor, stop_sets: torch.Tensor) -> torch.Tensor:
+    """[B, N] bool: ``tokens`` [B, N] is a (non-PAD) member of ``stop_sets`` [B, N, S]."""
+    return ((tokens[:, :, None] == stop_sets) & (stop_sets != PAD_ID)).any(-1)
+
+
+def _check_mode(validate: str) -> ValidationMode:
+    if validate == "read":
+        return "read"
+    if validate == "full":
+        return "full"
+    raise InvalidRequestError(f"validate must be 'read' or 'full', got {validate!r}")
+
+
+def decide(batch: SamplerBatch, *, validate: ValidationMode = "read") -> SamplerDecision:
+    """Decide a batch of speculative rounds with uniforms drawn from the counter-based RNG.
+
+    The uniforms are :func:`round_uniforms` of the batch; the decision is :func:`decide_from_uniforms`.
+
+    Validation (named :class:`~specround.errors.InputError` subclasses, raised before anything is returned):
+    ``validate="read"`` (default) checks the batch's structure and every value the decision reads: the
+    gathered ``p_i(d_i)``, ``q_i(d_i)`` and the terminal rows; rows the decision never reads cannot change
+    the output and are not checked. ``validate="full"`` also checks every ``p`` row ``0..k_b`` and ``q`` row
+    ``0..k_b - 1`` (a full pass over the batch). See :mod:`specround.sampling.validation`.
+    """
+    mode = _check_mode(validate)
+    check_batch_structure(batch)
+    with torch.no_grad():
+        accept_uniforms, terminal_uniforms = round_uniforms(batch)
+        return _decide(batch, accept_uniforms, terminal_uniforms, mode)
+
+
+def decide_from_uniforms(
+    batch: SamplerBatch,
+    accept_uniforms: torch.Tensor,
+    terminal_uniforms: torch.Tensor,
+    *,
+    validate: ValidationMode = "read",
+) -> SamplerDecision:
+    """The deterministic core: decide a batch from given uniforms (replays and audits use it directly).
+
+    ``accept_uniforms`` [B, K] float64 (entry ``i`` is test ``i + 1``) and ``terminal_uniforms`` [B] float64.
+    Only the uniforms the decision uses are checked to lie in ``[0, 1)``: unreached tests may hold anything
+    (a logged round stores NaN there). Validation as in :func:`decide`.
+    """
+    mode = _check_mode(validate)
+    check_batch_structure(batch)
+    check_uniform_shapes(batch, accept_uniforms, terminal_uniforms)
+    with torch.no_grad():
+        return _decide(batch, accept_uniforms, terminal_uniforms, mode)
+
+
+def _decide(
+    batch: SamplerBatch,
+    accept_uniforms: torch.Tensor,
+    terminal_uniforms: torch.Tensor,
+    mode: ValidationMode,
+) -> SamplerDecision:
+    """:func:`decide_from_uniforms` after the structural checks."""
+    p, q = batch.p, batch.q
+    n_batch, k_max = batch.draft_ids.shape
+    device = p.device
+    lens = batch.draft_lens  # [B]
+    positions = torch.arange(k_max, device=device)  # [K]
+    within = positions[None, :] < lens[:, None]  # [B, K]
+    if mode == "full":
+        check_all_rows(batch)
+
+    # Gathered draft probabilities p_i(d_i), q_i(d_i).
+    safe_ids = batch.draft_ids.clamp_min(0)[:, :, None]  # [B, K, 1]
+    p_at = p[:, :k_max, :].gather(2, safe_ids).squeeze(2).to(_F64)  # [B, K]
+    q_at = q.gather(2, safe_ids).squeeze(2).to(_F64)  # [B, K]
+    check_draft_values(p_at, q_at, within)
+    p_draft = torch.where(within, p_at, 0.0)  # [B, K]
+    q_draft = torch.where(within, q_at, 1.0)  # [B, K]
+
+    # Acceptance tests and the leading accepted run A.
+    accepted_tests = accepts(accept_uniforms, p_draft, q_draft) & within  # [B, K]
+    n_accepted = accepted_tests.to(torch.int64).cumprod(1).sum(1)  # [B] A
+
+    # A stop token or the length cap inside the accepted prefix (positions 1..A).
+    draft_stops = within & _in_stop_set(
+        batch.draft_ids, _stop_rows(batch.stop_ids, positions[None, :].expand(n_batch, -1))
+    )  # [B, K]
+    ordinal = positions + 1  # [K] 1-based position i
+    hit = (ordinal[None, :] <= n_accepted[:, None]) & (
+        draft_stops | (ordinal[None, :] == batch.remaining[:, None])
+    )  # [B, K]
+    first_hit = (hit.to(torch.int64).cumsum(1) == 0).sum(1)  # [B] 0-based index of the first hit, K if none
+    stopped = first_hit < k_max  # [B]
+    stop_len = first_hit + 1  # [B] s, meaningful where stopped
+    stop_by_token_in_prefix = (draft_stops & (positions[None, :] == first_hit[:, None])).any(1)  # [B]
+
+    needs_terminal = ~stopped  # [B]
+    accept_draws = torch.where(stopped, stop_len, torch.minimum(n_accepted + 1, lens))  # [B]
+    reached = positions[None, :] < accept_draws[:, None]  # [B, K]
+    check_reached_uniforms(accept_uniforms, reached, terminal_uniforms, needs_terminal)
+
+    # The terminal draw (correction or bonus) for the requests that did not stop inside the prefix.
+    nan = float("nan")
+    terminal_tokens = torch.full((n_batch,), PAD_ID, dtype=torch.int64, device=device)
+    residual_mass = torch.full((n_batch,), nan, dtype=_F64, device=device)
+    mass_before = torch.full((n_batch,), nan, dtype=_F64, device=device)
+    token_mass = torch.full((n_batch,), nan, dtype=_F64, device=device)
+    degenerate = torch.zeros(n_batch, dtype=torch.bool, device=device)
+    drawing = needs_terminal.nonzero().squeeze(1)  # [N]
+    if drawing.numel() > 0:
+        a_rows = n_accepted[drawing]  # [N]
+        correction = a_rows < lens[drawing]  # [N]
+        has_correction = k_max > 0 and bool(correction.any())
+        rows = _TerminalRows(
+            batch_rows=drawing,
+            p_rows=a_rows,
+            q_rows=a_rows.clamp(max=k_max - 1) if has_correction else None,
+            correction=correction,
+        )
+        draw, degenerate_rows = _draw_terminal(batch, rows, terminal_uniforms[drawing], mode)
+        terminal_tokens[drawing] = draw.tokens
+        residual_mass[drawing] = draw.total
+        mass_before[drawing] = draw.mass_before
+        token_mass[drawing] = draw.token_mass
+        degenerate[drawing] = degenerate_rows
+
+    # Finish rules for the terminal token at 1-based position A + 1.
+    terminal_stop = needs_terminal & _in_stop_set(
+        terminal_tokens[:, None], _stop_rows(batch.stop_ids, n_accepted[:, None])
+    ).squeeze(1)  # [B]
+    finished = stopped | terminal_stop | (needs_terminal & (n_accepted + 1 == batch.remaining))  # [B]
+    stopped_by_token = torch.where(stopped, stop_by_token_in_prefix, terminal_stop)  # [B]
+
+    # Output ids [B, K+1]: the emitted drafts, then the terminal token, PAD_ID after.
+    columns = torch.arange(k_max + 1, device=device)  # [K+1]
+    prefix_len = torch.where(stopped, stop_len, n_accepted)  # [B] emitted drafts
+    pad_column = torch.full((n_batch, 1), PAD_ID, dtype=torch.int64, device=device)
+    drafts_padded = torch.cat([batch.draft_ids, pad_column], dim=1)  # [B, K+1]
+    output_ids = torch.where(columns[None, :] < prefix_len[:, None], drafts_padded, PAD_ID)  # [B, K+1]
+    at_terminal = needs_terminal[:, None] & (columns[None, :] == n_accepted[:, None])  # [B, K+1]
+    output_ids = torch.where(at_terminal, terminal_tokens[:, None], output_ids)
+
+    terminal_kind = torch.where(
+        n_accepted < lens, int(TerminalKind.CORRECTION), int(TerminalKind.BONUS)
+    )  # [B]
+    terminal_kind = torch.where(stopped, int(TerminalKind.STOP), terminal_kind)
+    return SamplerDecision(
+        output_ids=output_ids,
+        emitted=torch.where(stopped, stop_len, n_accepted + 1),
+        accepted=prefix_len,
+        terminal=terminal_kind,
+        finished=finished,
+        accept_draws=accept_draws,
+        terminal_draws=needs_terminal.to(torch.int64),
+        p_draft=p_draft,
+        q_draft=q_draft,
+        accept_uniforms=torch.where(reached, accept_uniforms, nan),
+        terminal_uniform=torch.where(needs_terminal, terminal_uniforms, nan),
+        terminal_row=torch.where(needs_terminal, n_accepted, PAD_ID),
+        residual_mass=residual_mass,
+        terminal_mass_before=mass_before,
+        terminal_token_mass=token_mass,
+        stopped_by_token=stopped_by_token,
+        degenerate_correction=degenerate,
+    )
