@@ -25,7 +25,8 @@ SpecroundError
 ├── ProtocolError
 │   ├── IllegalTransitionError
 │   ├── StagingValidationError
-│   └── RequestFinishedError
+│   ├── RequestFinishedError
+│   └── CacheProtocolError
 ├── PublishConflictError
 │   ├── StaleGenerationError
 │   └── DuplicateRoundError
@@ -44,6 +45,7 @@ SpecroundError
 from __future__ import annotations
 
 __all__ = [
+    "CacheProtocolError",
     "DraftIdOutOfVocabError",
     "DuplicateRoundError",
     "EventLogError",
@@ -166,6 +168,14 @@ class StagingValidationError(ProtocolError):
 
 class RequestFinishedError(ProtocolError):
     """A round was requested for a request that has already finished."""
+
+
+class CacheProtocolError(ProtocolError):
+    """A model's per-request K/V cache was driven out of order (0x04A, 0x06C).
+
+    An unknown or already open request, a stale or foreign branch handle, mixed layouts, or a retained
+    frontier that does not match the frontier being verified.
+    """
 
 
 # --- publication fence ----------------------------------------------------------------------------------
