@@ -51,12 +51,9 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def softmax_max_shift(logits: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Conventional max-shifted softmax of ``logits`` along ``dim``; same shape and dtype as the input."""
-    x = logits.to(_work_dtype(logits.dtype))
-    m = x.amax(dim=dim, keepdim=True)
-    # An all -inf row has m = -inf; shifting by 0 instead keeps exp(-inf) = 0 and yields 0 / 0 = NaN.
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    e = torch.exp(x - m)
-    return (e / e.sum(dim=dim, keepdim=True)).to(logits.dtype)
+    # torch's softmax is exactly this arithmetic (fused: max, exp(x - max), sum, divide), so it is the
+    # conventional backend; an all -inf row comes out NaN.
+    return torch.softmax(logits, dim=dim, dtype=_work_dtype(logits.dtype)).to(logits.dtype)
 
 
 def softmax_online(logits: torch.Tensor, block_size: int = DEFAULT_BLOCK_SIZE) -> torch.Tensor:

@@ -7,6 +7,7 @@ top-p, min-p) break ties by the lower token id, so they are deterministic on eve
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
 
@@ -118,21 +119,30 @@ class TopK(LogitProcessor):
         return cls(params["k"])
 
 
-def _probabilities64(logits: torch.Tensor) -> torch.Tensor:
-    """Max-shift softmax in float64 (``[N, V]``): truncation thresholds are decided in one precision."""
-    x = logits.to(torch.float64)
-    m = x.amax(dim=-1, keepdim=True)
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    e = torch.exp(x - m)
-    return e / e.sum(dim=-1, keepdim=True)
+_NUCLEUS_TIERS = (1024, 8192)
+"""Top-p ranks this many candidates per row first, then more, before falling back to a full sort."""
+
+
+def _rank_stably(values: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Order candidates ``[N, k]`` by value descending, then id ascending; returns (values, ids)."""
+    ids_sorted, perm = ids.sort(dim=-1)
+    values_by_id = values.gather(-1, perm)
+    ranked_values, perm2 = torch.sort(values_by_id, dim=-1, descending=True, stable=True)
+    return ranked_values, ids_sorted.gather(-1, perm2)
 
 
 class TopP(LogitProcessor):
     """Nucleus truncation: keep the smallest set of highest-probability tokens whose mass is ``>= p``.
 
     Tokens are ranked by probability, ties by ascending token id; a token is kept when the mass ranked
-    strictly before it is still ``< p``. Probabilities are computed in float64 whatever the row dtype.
-    ``p = 1`` keeps every token.
+    strictly before it is still ``< p``. Probabilities are ``exp(x - max) / sum`` in float64 whatever the
+    row dtype. ``p = 1`` keeps every token.
+
+    Ranking all ``V`` tokens costs a sort per row; the nucleus is usually small, so the top 1024 (then
+    8192) candidates are ranked first. A candidate answer is provably the full one when the last kept
+    candidate's logit is strictly above the smallest candidate logit (every token outside the candidates
+    ranks after it); other rows go to the next tier and finally to a full stable sort. Every path gives
+    the same mask.
     """
 
     kind: ClassVar[str] = "top_p"
@@ -144,16 +154,43 @@ class TopP(LogitProcessor):
         """``{"p": p}``."""
         return {"p": self.p}
 
+    def _nucleus(
+        self, values: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, total: torch.Tensor
+    ) -> torch.Tensor:
+        """Keep flags ``[N, k]`` of ranked candidates (``weights`` = ``exp(x - max)`` ``[N, V]``)."""
+        probs = weights.gather(-1, ids) / total  # [N, k]
+        mass_before = probs.cumsum(dim=-1) - probs
+        return mass_before < self.p
+
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Mask the tokens outside each row's nucleus to ``-inf`` (``[N, V]``)."""
-        if self.p >= 1.0:
+        if self.p >= 1.0 or logits.shape[0] == 0:
             return logits.clone()
-        probs = _probabilities64(logits)  # [N, V]
-        # Stable descending sort keeps equal probabilities in ascending token-id order.
-        sorted_probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)
-        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs  # [N, V] mass ranked strictly before
-        keep_sorted = mass_before < self.p
-        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        vocab = logits.shape[-1]
+        x = logits.to(torch.float64)  # [N, V]
+        m = x.amax(dim=-1, keepdim=True)
+        weights = torch.exp(x - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))  # [N, V]
+        total = weights.sum(dim=-1, keepdim=True)  # [N, 1]
+        keep = torch.zeros(x.shape, dtype=torch.bool, device=x.device)  # [N, V]
+        pending = torch.arange(x.shape[0], device=x.device)  # rows whose nucleus is not settled yet
+        for k in (*(t for t in _NUCLEUS_TIERS if t < vocab), vocab):
+            rows = logits[pending]  # [r, V] (ranking the input dtype: the same order as float64)
+            if k < vocab:
+                top_values, top_ids = torch.topk(rows, k, dim=-1)  # [r, k]
+                values, ids = _rank_stably(top_values, top_ids)
+            else:  # a stable sort of all ids (already ascending) ranks ties by ascending id
+                values, ids = torch.sort(rows, dim=-1, descending=True, stable=True)
+            keep_ranked = self._nucleus(values, ids, weights[pending], total[pending])  # [r, k] True prefix
+            settled = torch.ones(pending.shape, dtype=torch.bool, device=x.device)
+            if k < vocab:
+                kept = keep_ranked.sum(dim=-1, keepdim=True)  # [r, 1]
+                last_kept_value = values.gather(-1, (kept - 1).clamp(min=0))
+                settled = ((kept < k) & (last_kept_value > values[..., -1:])).flatten()
+            done = pending[settled]
+            keep[done] = torch.zeros_like(keep[done]).scatter(-1, ids[settled], keep_ranked[settled])
+            pending = pending[~settled]
+            if pending.numel() == 0:
+                break
         return _keep(logits, keep)
 
     @classmethod
@@ -165,9 +202,10 @@ class TopP(LogitProcessor):
 
 
 class MinP(LogitProcessor):
-    """Keep tokens whose probability is at least ``p`` times the row's largest probability (``0 <= p <= 1``).
+    """Keep tokens whose probability is at least ``p`` times the row's largest (``0 <= p <= 1``).
 
-    The ratio ``prob / max_prob = exp(logit - max_logit)`` is evaluated in float64; ``p = 0`` keeps every
+    Evaluated in logit space: a token is kept when ``logit >= max_logit + ln(p)``, compared in float64 (the
+    ratio ``prob / max_prob = exp(logit - max_logit)``, without ``V`` exponentials). ``p = 0`` keeps every
     token and ``p = 1`` keeps exactly the tokens tied for the maximum.
     """
 
@@ -185,9 +223,8 @@ class MinP(LogitProcessor):
         if self.p <= 0.0:
             return logits.clone()
         x = logits.to(torch.float64)
-        m = x.amax(dim=-1, keepdim=True)  # [N, 1]
-        ratio = torch.exp(x - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
-        return _keep(logits, ratio >= self.p)
+        threshold = x.amax(dim=-1, keepdim=True) + math.log(self.p)  # [N, 1]
+        return _keep(logits, x >= threshold)
 
     @classmethod
     def from_spec(cls, params: dict[str, Any], state: dict[str, Any]) -> Self:

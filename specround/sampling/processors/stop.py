@@ -112,6 +112,8 @@ class StopSequences(LogitProcessor, StopAutomaton):
     def __init__(self, sequences: Sequence[Sequence[int]]) -> None:
         if isinstance(sequences, (str, bytes)) or not isinstance(sequences, Sequence):
             raise InvalidProcessorError(f"{self.kind}: sequences must be a list of token-id lists")
+        if len(sequences) == 0:
+            raise InvalidProcessorError(f"{self.kind}: declare at least one sequence")
         normalised: set[tuple[int, ...]] = set()
         for seq in sequences:
             if isinstance(seq, (str, bytes)) or not isinstance(seq, Sequence) or len(seq) == 0:

@@ -1,0 +1,265 @@
+"""The processor chain: rows per logical prefix (0x04F, 0x06J), state over published tokens (0x06D),
+canonical digests, specs, and refusals."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from specround.errors import (
+    DraftIdOutOfVocabError,
+    InvalidProcessorError,
+    NonFiniteProbabilityError,
+    ShapeMismatchError,
+)
+from specround.sampling.processors import (
+    FrequencyPenalty,
+    Greedy,
+    LogitBias,
+    LogitProcessor,
+    MinP,
+    PresencePenalty,
+    ProcessorChain,
+    RepetitionPenalty,
+    StopSequences,
+    Temperature,
+    TokenGrammar,
+    TopK,
+    TopP,
+    sampling_chain,
+)
+from specround.sampling.softmax import SoftmaxBackend
+
+V = 12
+NEG_INF = float("-inf")
+
+
+def cyclic_grammar() -> TokenGrammar:
+    """State s allows tokens s, s+1, ..., s+5 (mod V) and moves to the token's residue mod 3."""
+    return TokenGrammar(3, 0, {s: {(s + j) % V: (s + j) % 3 for j in range(6)} for s in range(3)})
+
+
+def random_chain(rng: random.Random, softmax: SoftmaxBackend) -> ProcessorChain:
+    pool: list[LogitProcessor] = [
+        Temperature(rng.uniform(0.3, 2.0)),
+        TopK(rng.randint(2, V)),
+        TopP(rng.uniform(0.5, 1.0)),
+        MinP(rng.uniform(0.0, 0.2)),
+        LogitBias({rng.randrange(V): rng.uniform(-2, 2)}),
+        RepetitionPenalty(rng.uniform(1.0, 2.0)),
+        FrequencyPenalty(rng.uniform(-0.5, 1.0)),
+        PresencePenalty(rng.uniform(-0.5, 1.0)),
+        StopSequences([[rng.randrange(V)], [rng.randrange(V), rng.randrange(V)]]),
+        cyclic_grammar(),
+    ]
+    rng.shuffle(pool)
+    chosen = pool[: rng.randint(1, len(pool))]
+    # A grammar after a truncation could mask every survivor; declared policies put it first.
+    chosen.sort(key=lambda p: p.kind != "grammar")
+    return ProcessorChain(chosen, vocab_size=V, softmax=softmax)
+
+
+def admissible_path(chain: ProcessorChain, rng: random.Random, length: int) -> list[int]:
+    walker = chain.clone()
+    path = []
+    for _ in range(length):
+        options = [t for t in range(V) if all(_allows(p, t) for p in walker.processors)]
+        token = rng.choice(options)
+        walker.advance(token)
+        path.append(token)
+    return path
+
+
+def _allows(p: LogitProcessor, token: int) -> bool:
+    try:
+        p.validate_token(token)
+    except InvalidProcessorError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("softmax", list(SoftmaxBackend))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rows_along_equals_processing_each_row_at_its_own_prefix(
+    softmax: SoftmaxBackend, dtype: torch.dtype
+) -> None:
+    """0x04F: each p_i is produced at its own logical history, not once over a K x V matrix."""
+    rng = random.Random(11)
+    for trial in range(25):
+        chain = random_chain(rng, softmax)
+        chain.advance_many(admissible_path(chain, rng, rng.randint(0, 4)))
+        n = rng.randint(1, 6)
+        path = admissible_path(chain, rng, n - 1 + rng.randint(0, 2))
+        gen = torch.Generator().manual_seed(trial)
+        logits = (torch.randn(n, V, generator=gen, dtype=torch.float64) * 2).to(dtype)
+        before = chain.digest()
+        rows = chain.rows_along(logits, path)
+        assert chain.digest() == before  # self is not modified
+        assert rows.dtype == dtype and rows.shape == (n, V)
+        walker = chain.clone()
+        for i in range(n):
+            assert torch.equal(rows[i], walker.distribution(logits[i])), (trial, i, chain)
+            if i < n - 1:
+                walker.advance(path[i])
+
+
+def test_one_matrix_at_the_start_state_would_be_wrong() -> None:
+    """Negative control: with a stateful penalty, the start-state rows differ from per-prefix rows."""
+    chain = ProcessorChain([RepetitionPenalty(3.0)], vocab_size=V)
+    logits = torch.ones(3, V, dtype=torch.float64)
+    rows = chain.rows_along(logits, [4, 7])
+    flat = chain.distribution(logits)
+    assert torch.equal(rows[0], flat[0])
+    assert not torch.equal(rows[1], flat[1]) and not torch.equal(rows[2], flat[2])
+    assert float(rows[2, 4]) < float(rows[2, 0]) and float(rows[2, 7]) < float(rows[2, 0])
+    assert float(rows[1, 7]) == float(rows[1, 0])  # row 1 has seen only token 4
+
+
+def test_grammar_path_leaving_the_grammar_holds_the_last_state() -> None:
+    chain = ProcessorChain([TokenGrammar(2, 0, {0: {1: 1, 2: 1}, 1: {3: 0}})], vocab_size=V)
+    logits = torch.zeros(3, V, dtype=torch.float64)
+    rows = chain.rows_along(logits, [5, 6])  # 5 is not allowed at the start state
+    assert float(rows[0, 5]) == 0.0  # the refused token has probability 0 in its own row
+    assert torch.equal(rows[1], rows[0]) and torch.equal(rows[2], rows[0])
+    with pytest.raises(InvalidProcessorError):
+        chain.advance(5)
+
+
+def test_advance_is_all_or_nothing() -> None:
+    chain = ProcessorChain([FrequencyPenalty(1.0), TokenGrammar(2, 0, {0: {1: 1}, 1: {2: 0}})], vocab_size=V)
+    before = chain.digest()
+    with pytest.raises(InvalidProcessorError):
+        chain.advance(2)  # the grammar refuses; the penalty before it must not have counted the token
+    assert chain.digest() == before
+    with pytest.raises(InvalidProcessorError):
+        chain.advance_many([1, 2, 2])
+    assert chain.digest() == before
+    with pytest.raises(DraftIdOutOfVocabError):
+        chain.advance(V)
+    chain.advance_many([1, 2, 1])
+    assert chain.to_spec()[0]["state"] == {"counts": [[1, 2], [2, 1]]}
+    assert chain.to_spec()[1]["state"] == {"state": 1}
+
+
+def test_digests_cover_order_params_state_vocab_and_backend() -> None:
+    base = [Temperature(0.7), TopK(5), RepetitionPenalty(1.2)]
+    chain = ProcessorChain(base, vocab_size=V)
+    variants = [
+        ProcessorChain([base[1], base[0], base[2]], vocab_size=V),
+        ProcessorChain([Temperature(0.8), base[1], base[2]], vocab_size=V),
+        ProcessorChain(base, vocab_size=V + 1),
+        ProcessorChain(base, vocab_size=V, softmax="online"),
+        ProcessorChain(base[:2], vocab_size=V),
+    ]
+    digests = {chain.digest()} | {v.digest() for v in variants}
+    configs = {chain.config_digest()} | {v.config_digest() for v in variants}
+    assert len(digests) == len(configs) == 1 + len(variants)
+    advanced = chain.clone()
+    advanced.advance(3)
+    assert advanced.digest() != chain.digest()
+    assert advanced.config_digest() == chain.config_digest()
+    # The chain owns copies: advancing the caller's processor object changes nothing inside it.
+    base[2].advance(4)
+    assert (
+        chain.digest()
+        == ProcessorChain([Temperature(0.7), TopK(5), RepetitionPenalty(1.2)], vocab_size=V).digest()
+    )
+
+
+def test_spec_round_trips_through_json_with_state() -> None:
+    chain = sampling_chain(
+        V,
+        temperature=0.9,
+        top_k=6,
+        top_p=0.8,
+        min_p=0.01,
+        repetition_penalty=1.1,
+        frequency_penalty=0.2,
+        presence_penalty=0.3,
+        logit_bias={2: 1.0},
+        stop_sequences=[[3, 4], [9]],
+        grammar=cyclic_grammar(),
+        softmax="online",
+    )
+    chain.advance_many([1, 3, 4])
+    spec = json.loads(json.dumps(chain.to_spec()))
+    rebuilt = ProcessorChain.from_spec(spec, vocab_size=V, softmax="online")
+    assert rebuilt.digest() == chain.digest()
+    logits = torch.randn(3, V, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(rebuilt.rows_along(logits, [2, 5]), chain.rows_along(logits, [2, 5]))
+    with pytest.raises(InvalidProcessorError):
+        ProcessorChain.from_spec([{"kind": "nope", "params": {}}], vocab_size=V)
+    with pytest.raises(InvalidProcessorError):
+        ProcessorChain.from_spec({"kind": "top_k"}, vocab_size=V)  # type: ignore[arg-type]
+
+
+def test_sampling_chain_builder() -> None:
+    greedy = sampling_chain(V, temperature=0, top_k=3, top_p=0.5)
+    assert [p.kind for p in greedy.processors] == ["greedy"]
+    logits = torch.tensor([0.0, 2.0, 2.0] + [1.0] * (V - 3))
+    assert torch.equal(greedy.distribution(logits), torch.eye(V)[1])
+    plain = sampling_chain(V)
+    assert plain.processors == ()
+    assert torch.equal(plain.distribution(logits), torch.softmax(logits, -1))
+    with pytest.raises(InvalidProcessorError):
+        sampling_chain(V, temperature=-1.0)
+
+
+def test_stop_tokens_union_over_automata() -> None:
+    chain = ProcessorChain([StopSequences([[0]]), Greedy(), StopSequences([[5, 6], [7]])], vocab_size=V)
+    assert chain.stop_tokens() == frozenset({0, 7})
+    assert chain.stop_sets_along([5, 6, 5]) == [
+        frozenset({0, 7}),
+        frozenset({0, 6, 7}),
+        frozenset({0, 7}),
+        frozenset({0, 6, 7}),
+    ]
+    assert ProcessorChain([], vocab_size=V).stop_sets_along([1, 2]) == [frozenset()] * 3
+    with pytest.raises(DraftIdOutOfVocabError):
+        chain.stop_sets_along([V])
+
+
+def test_refusals() -> None:
+    chain = ProcessorChain([TopK(2)], vocab_size=V)
+    with pytest.raises(ShapeMismatchError):
+        chain.distribution(torch.zeros(2, V + 1))
+    with pytest.raises(ShapeMismatchError):
+        chain.distribution(torch.zeros(1, 2, V))
+    with pytest.raises(ShapeMismatchError):
+        chain.distribution(torch.zeros(V, dtype=torch.int64))
+    with pytest.raises(ShapeMismatchError):
+        chain.rows_along(torch.zeros(3, V), [1])  # 3 rows need 2 path tokens
+    with pytest.raises(NonFiniteProbabilityError):
+        chain.distribution(torch.tensor([float("nan")] + [0.0] * (V - 1)))
+    with pytest.raises(NonFiniteProbabilityError):
+        chain.distribution(torch.tensor([float("inf")] + [0.0] * (V - 1)))
+    masked = ProcessorChain([LogitBias({0: 1.0})], vocab_size=V)
+    with pytest.raises(InvalidProcessorError):
+        masked.distribution(torch.full((2, V), NEG_INF))
+    empty_grammar = ProcessorChain([TokenGrammar(1, 0, {})], vocab_size=V)
+    with pytest.raises(InvalidProcessorError):
+        empty_grammar.distribution(torch.zeros(V))
+    with pytest.raises(InvalidProcessorError):
+        ProcessorChain([TopK(2)], vocab_size=0)
+    with pytest.raises(InvalidProcessorError):
+        ProcessorChain([LogitBias({V: 1.0})], vocab_size=V)
+    with pytest.raises(InvalidProcessorError):
+        ProcessorChain([], vocab_size=V, softmax="exp_race")
+    with pytest.raises(InvalidProcessorError):
+        ProcessorChain(["top_k"], vocab_size=V)  # type: ignore[list-item]
+    with pytest.raises(InvalidProcessorError):
+        ProcessorChain([Temperature(1e-30)], vocab_size=V).distribution(torch.tensor([1e10] * V))
+
+
+def test_rows_are_normalised_and_keep_dtype() -> None:
+    chain = sampling_chain(V, temperature=0.5, top_p=0.9, repetition_penalty=1.5)
+    for dtype in (torch.float32, torch.float64):
+        logits = torch.randn(4, V, generator=torch.Generator().manual_seed(9)).to(dtype)
+        rows = chain.rows_along(logits, [1, 2, 3])
+        assert rows.dtype == dtype
+        sums = rows.to(torch.float64).sum(-1)
+        assert bool(((sums - 1).abs() <= V * torch.finfo(dtype).eps).all())
+    assert chain.rows_along(torch.zeros(0, V), []).shape == (0, V)
