@@ -107,6 +107,9 @@ class RoundDecided(_EventBase):
     """p of the terminal token in its row."""
     terminal_q: float | None = None
     """q of the terminal token in the rejected position's row (0 for a bonus)."""
+    degenerate_correction: bool = False
+    """A rejection whose residual mass was at or below the sampler's degenerate tolerance, so the
+    correction was drawn from the target row itself (0x03D); ``residual_mass`` then holds that row's sum."""
     finished: bool
     finish_reason: FinishReason | None = None
 

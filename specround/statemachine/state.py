@@ -2,10 +2,18 @@
 
 Both are frozen pydantic models. A round never mutates a state: it stages a successor off to the side from
 the round-start snapshot S_0, validates it by token identities, and publishes it under the generation fence.
+
+State digest. :meth:`RequestState.digest` hashes the canonical JSON of every field, except that the two
+token sequences O and C enter as ``{"length": n, "fold": hex}`` where the fold is a left fold of SHA-256
+over the tokens (:func:`fold_tokens`). The fold extends in O(emitted) per round, so the controller and
+replay digest a successor without re-serialising the whole output (:func:`state_digest` takes the folds);
+the value is the same whichever way it is computed.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,13 +22,28 @@ from specround.canonical import digest
 from specround.sampling.types import Layout
 
 __all__ = [
+    "TOKEN_FOLD_SEED",
     "FinishReason",
     "RequestConfig",
     "RequestState",
     "RngCounters",
     "SpeculativeCommit",
     "TerminalName",
+    "fold_tokens",
+    "state_digest",
 ]
+
+TOKEN_FOLD_SEED: bytes = hashlib.sha256(b"specround/token-fold/v1").digest()
+"""The fold of the empty token sequence."""
+
+
+def fold_tokens(fold: bytes, tokens: Iterable[int]) -> bytes:
+    """Extend a token fold: ``fold <- sha256(fold || int64_le(token))`` for each token in order."""
+    sha = hashlib.sha256
+    for token in tokens:
+        fold = sha(fold + token.to_bytes(8, "little", signed=True)).digest()
+    return fold
+
 
 FinishReason = Literal["stop", "length"]
 """Why a request finished: an emitted stop token/sequence, or the output budget."""
@@ -60,6 +83,12 @@ class RequestConfig(BaseModel):
     vocab_size: int = Field(ge=1)
     coordinate: dict[str, Any] = Field(default_factory=dict)
     """Static parts of the round coordinate (model ids, vocabulary, ...), opaque to the state machine."""
+    softmax: str = "max_shift"
+    """The processor chain's softmax backend (part of the chain's digest, not of its spec)."""
+    prompt_advances_processors: bool = True
+    """Whether the initial processor state G_0 is the declared chain advanced over the prompt (penalties
+    count prompt tokens, stop sequences may straddle the prompt's end) or the declared chain itself (needed
+    for a grammar that constrains the generated text only)."""
 
     def digest(self) -> str:
         """Canonical digest of the configuration."""
@@ -101,8 +130,29 @@ class RequestState(BaseModel):
         return self.output[self.prompt_len :]
 
     def digest(self) -> str:
-        """Canonical digest of the whole state."""
-        return digest(self)
+        """Canonical digest of the whole state (see the module docstring for how O and C enter)."""
+        return state_digest(
+            self, fold_tokens(TOKEN_FOLD_SEED, self.output), fold_tokens(TOKEN_FOLD_SEED, self.cache)
+        )
+
+
+def state_digest(state: RequestState, output_fold: bytes, cache_fold: bytes) -> str:
+    """:meth:`RequestState.digest` given the folds of ``state.output`` and ``state.cache`` (not rechecked)."""
+    document = {
+        "cache": {"fold": cache_fold.hex(), "length": len(state.cache)},
+        "finish_reason": state.finish_reason,
+        "finished": state.finished,
+        "frontier": state.frontier,
+        "generation": state.generation,
+        "output": {"fold": output_fold.hex(), "length": len(state.output)},
+        "position": state.position,
+        "processors": state.processors,
+        "processors_digest": state.processors_digest,
+        "prompt_len": state.prompt_len,
+        "request_id": state.request_id,
+        "rng": {"accept": state.rng.accept, "proposal": state.rng.proposal, "terminal": state.rng.terminal},
+    }
+    return digest(document)
 
 
 class SpeculativeCommit(BaseModel):

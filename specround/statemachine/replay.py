@@ -1,0 +1,313 @@
+"""Replay: rebuild every request's state from its events alone (INV-8).
+
+Pure functions over :class:`~specround.statemachine.ports.StoredEvent` streams. ``request_opened`` gives the
+generation-0 state (:func:`~specround.statemachine.staging.open_snapshot`); each round's five events give
+the successor through the same staging functions the controller uses
+(:func:`~specround.statemachine.staging.stage_kv`, :func:`~specround.statemachine.staging.stage_successor`),
+and the result must match the logged successor digest, processor digest, RNG counters and commit digest.
+Any event sequence replay cannot accept raises :class:`~specround.errors.LogIntegrityError` naming the
+request, the seq and what is wrong.
+
+Speed (target >= 100k events/s): events are streamed, never loaded all at once; the hash link of every
+event is checked (and, with ``verify_hashes``, recomputed from the canonical payload), and because the
+chain vouches for the payloads, current-version payloads are read as plain dicts instead of being
+re-validated by pydantic (older versions go through :func:`~specround.statemachine.events.parse_event`
+and its upcasters). The state digest is extended from token folds in O(emitted) per round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
+from specround.errors import LogIntegrityError, SpecroundError
+from specround.statemachine.events import EVENT_SCHEMA_VERSION, ROUND_EVENT_KINDS, RequestOpened, parse_event
+from specround.statemachine.ports import EventLog, StoredEvent
+from specround.statemachine.staging import RequestSnapshot, open_snapshot, stage_kv, stage_successor
+from specround.statemachine.state import RequestConfig, RequestState, RngCounters, SpeculativeCommit
+
+__all__ = ["ReplayedRequest", "replay_events", "replay_log", "replay_request", "replay_states"]
+
+_OPENED = "request_opened"
+_TERMINALS = ("correction", "bonus", "stop")
+_REASONS = (None, "stop", "length")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedRequest:
+    """One request rebuilt from its events."""
+
+    config: RequestConfig
+    snapshot: RequestSnapshot
+    """The state after the last published round."""
+    previous: RequestSnapshot | None
+    """S_0 of the last published round (None before the first round)."""
+    last_round_id: str | None
+    last_coordinate_digest: str | None
+    rounds: int
+    events: int
+    head_seq: int
+    head_hash: str
+
+    @property
+    def state(self) -> RequestState:
+        """The replayed state."""
+        return self.snapshot.state
+
+
+class _Fold:
+    """Folds the events of one request, in seq order, into its state."""
+
+    def __init__(self, first: StoredEvent, verify_hashes: bool) -> None:
+        self.request_id = first.request_id
+        self.verify_hashes = verify_hashes
+        self.expected_seq = 0
+        self.prev_hash = GENESIS_HASH
+        self.round: list[dict[str, Any]] = []
+        self.round_id: str | None = None
+        self.rounds = 0
+        self.events = 0
+        self.previous: RequestSnapshot | None = None
+        self.last_round_id: str | None = None
+        self.last_coordinate: str | None = None
+        payload = self._accept(first)
+        if first.kind != _OPENED:
+            raise self._error(first, f"the first event is {first.kind!r}, not {_OPENED!r}")
+        try:
+            opened = parse_event(payload)
+        except SpecroundError as exc:
+            raise self._error(first, str(exc)) from exc
+        assert isinstance(opened, RequestOpened)
+        if opened.config.request_id != self.request_id:
+            raise self._error(first, f"configuration names request {opened.config.request_id!r}")
+        if first.generation != 0:
+            raise self._error(first, f"request_opened carries generation {first.generation}, not 0")
+        self.config = opened.config
+        try:
+            self.snapshot = open_snapshot(opened.config)
+        except SpecroundError as exc:
+            raise self._error(first, f"the configuration cannot be opened: {exc}") from exc
+        if self.snapshot.digest != opened.initial_state_digest:
+            raise self._error(first, "the initial state digest does not match the configuration")
+
+    # --- per event --------------------------------------------------------------------------------------
+
+    def _error(self, event: StoredEvent, message: str) -> LogIntegrityError:
+        return LogIntegrityError(f"request {self.request_id!r} seq {event.seq} ({event.kind}): {message}")
+
+    def _accept(self, event: StoredEvent) -> dict[str, Any]:
+        """Envelope, sequence and hash-link checks; returns the current-version payload."""
+        if event.seq != self.expected_seq:
+            raise self._error(event, f"expected seq {self.expected_seq} (an event is missing or reordered)")
+        if event.prev_hash != self.prev_hash:
+            raise self._error(event, "prev_hash does not link to the previous event (dropped or reordered)")
+        payload = event.payload
+        if self.verify_hashes and chain_hash(event.prev_hash, canonical_bytes(payload)) != event.hash:
+            raise self._error(event, "hash does not match the payload (edited event)")
+        if payload.get("kind") != event.kind or payload.get("request_id") != event.request_id:
+            raise self._error(event, "the envelope disagrees with the payload's kind or request id")
+        if payload.get("schema_version") != EVENT_SCHEMA_VERSION:
+            try:
+                payload = parse_event(payload).model_dump(mode="json")
+            except SpecroundError as exc:
+                raise self._error(event, str(exc)) from exc
+        self.expected_seq += 1
+        self.prev_hash = event.hash
+        self.events += 1
+        return payload
+
+    def feed(self, event: StoredEvent) -> None:
+        """Take the next stored event of this request."""
+        payload = self._accept(event)
+        expected_kind = ROUND_EVENT_KINDS[len(self.round)]
+        if event.kind != expected_kind:
+            raise self._error(event, f"expected a {expected_kind} event")
+        generation = self.snapshot.state.generation + 1
+        if event.generation != generation:
+            raise self._error(event, f"envelope generation {event.generation}, expected {generation}")
+        if not self.round:
+            if self.snapshot.state.finished:
+                raise self._error(event, "a round after the request finished (INV-2)")
+            self.round_id = event.round_id
+        if event.round_id != self.round_id or payload.get("round_id") != self.round_id:
+            raise self._error(event, f"round id {event.round_id!r} inside round {self.round_id!r}")
+        self.round.append(payload)
+        if len(self.round) == len(ROUND_EVENT_KINDS):
+            try:
+                self._fold_round(event)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise self._error(event, f"malformed round payload: {exc!r}") from exc
+            self.round = []
+
+    # --- per round --------------------------------------------------------------------------------------
+
+    def _fold_round(self, event: StoredEvent) -> None:
+        ready, _verified, decided, staged, published = self.round
+        start = self.snapshot
+        s0 = start.state
+        rng = s0.rng
+
+        def fail(message: str) -> LogIntegrityError:
+            return self._error(event, f"round {self.round_id!r}: {message}")
+
+        if ready["expected_generation"] != s0.generation:
+            raise fail(f"expects generation {ready['expected_generation']}, the state is at {s0.generation}")
+        draft_ids = tuple(ready["draft_ids"])
+        emitted = tuple(decided["emitted_ids"])
+        terminal = decided["terminal"]
+        accepted = decided["accepted"]
+        accept_draws, terminal_draws = decided["accept_draws"], decided["terminal_draws"]
+        finished, reason = decided["finished"], decided["finish_reason"]
+        if terminal not in _TERMINALS or reason not in _REASONS or bool(reason) != bool(finished):
+            raise fail(f"terminal {terminal!r} / finish {finished!r} {reason!r} is not a valid outcome")
+        vocab = self.config.vocab_size
+        if any(not 0 <= t < vocab for t in emitted) or any(not 0 <= t < vocab for t in draft_ids):
+            raise fail("a token outside the vocabulary")
+        # INV-2: growth = accepted drafts plus one correction/bonus unless a stop ended the prefix.
+        if len(emitted) != accepted + (0 if terminal == "stop" else 1):
+            raise fail(f"{len(emitted)} emitted tokens for A = {accepted} and terminal {terminal}")
+        if terminal == "stop" and not finished:
+            raise fail("a stop terminal for an unfinished request")
+        # INV-3: counters and draws.
+        if (
+            ready["proposal_before"],
+            decided["accept_counter"],
+            decided["terminal_counter"],
+        ) != rng.as_tuple():
+            raise fail("RNG counters at round start disagree with the state")
+        reached = accepted + (1 if terminal == "correction" else 0)
+        if accept_draws != reached or len(decided["accept_uniforms"]) != accept_draws:
+            raise fail(f"{accept_draws} ACCEPT draws for {reached} reached acceptance tests")
+        if terminal_draws != (0 if terminal == "stop" else 1):
+            raise fail(f"{terminal_draws} TERMINAL draws for terminal {terminal}")
+        proposal_draws = ready["proposal_after"] - ready["proposal_before"]
+        if proposal_draws < 0:
+            raise fail("PROPOSAL counter moved backwards")
+        rng_after = RngCounters(
+            proposal=rng.proposal + proposal_draws,
+            accept=rng.accept + accept_draws,
+            terminal=rng.terminal + terminal_draws,
+        )
+        if (
+            tuple(staged["rng_before"]) != rng.as_tuple()
+            or tuple(staged["rng_after"]) != rng_after.as_tuple()
+        ):
+            raise fail("staged RNG counters are not before + draws (INV-3)")
+        # INV-5: committed and discarded rows.
+        try:
+            kv = stage_kv(s0, draft_ids, emitted)
+        except SpecroundError as exc:
+            raise fail(str(exc)) from exc
+        if tuple(staged["committed_kv_ids"]) != kv.committed_token_ids:
+            raise fail(
+                f"committed K/V {staged['committed_kv_ids']} != {list(kv.committed_token_ids)} (INV-5)"
+            )
+        if tuple(staged["discarded_kv_ids"]) != kv.discarded_token_ids:
+            raise fail(
+                f"discarded K/V {staged['discarded_kv_ids']} != {list(kv.discarded_token_ids)} (INV-5)"
+            )
+        if staged["processor_before"] != s0.processors_digest:
+            raise fail("processor digest at round start disagrees with the state")
+        # INV-1 and INV-4: the successor, staged exactly as the controller stages it.
+        try:
+            successor = stage_successor(
+                start, emitted, kv.committed_token_ids, rng_after, finished=finished, finish_reason=reason
+            )
+        except SpecroundError as exc:
+            raise fail(str(exc)) from exc
+        if staged["processor_after"] != successor.state.processors_digest:
+            raise fail("processor state after the round is not G_0 advanced over the emitted tokens (INV-4)")
+        if staged["successor_digest"] != successor.digest:
+            raise fail("the replayed successor's digest differs from the logged one (INV-8)")
+        if published["generation"] != s0.generation + 1:
+            raise fail(
+                f"publishes generation {published['generation']}, expected {s0.generation + 1} (INV-6)"
+            )
+        assert self.round_id is not None
+        commit = SpeculativeCommit.model_construct(
+            request_id=self.request_id,
+            round_id=self.round_id,
+            expected_generation=s0.generation,
+            layout=self.config.layout,
+            accepted_draft_count=accepted,
+            terminal_kind=terminal,
+            emitted_token_ids=emitted,
+            committed_kv_token_ids=kv.committed_token_ids,
+            discarded_kv_token_ids=kv.discarded_token_ids,
+            rng_before=rng.as_tuple(),
+            rng_after=rng_after.as_tuple(),
+            processor_before_hash=s0.processors_digest,
+            processor_after_hash=successor.state.processors_digest,
+            finished=finished,
+            finish_reason=reason,
+            coordinate_digest=ready["coordinate_digest"],
+            successor_digest=successor.digest,
+        )
+        if published["commit_digest"] != commit.digest():
+            raise fail("the commit digest does not match the round's events")
+        self.previous = start
+        self.snapshot = successor
+        self.last_round_id = self.round_id
+        self.last_coordinate = ready["coordinate_digest"]
+        self.rounds += 1
+
+    def finish(self) -> ReplayedRequest:
+        """The replayed request; refuses a round that was cut off."""
+        if self.round:
+            raise LogIntegrityError(
+                f"request {self.request_id!r}: round {self.round_id!r} ends after {len(self.round)} of "
+                f"{len(ROUND_EVENT_KINDS)} events (dropped events)"
+            )
+        return ReplayedRequest(
+            config=self.config,
+            snapshot=self.snapshot,
+            previous=self.previous,
+            last_round_id=self.last_round_id,
+            last_coordinate_digest=self.last_coordinate,
+            rounds=self.rounds,
+            events=self.events,
+            head_seq=self.expected_seq - 1,
+            head_hash=self.prev_hash,
+        )
+
+
+def replay_events(events: Iterable[StoredEvent], *, verify_hashes: bool = True) -> Iterator[ReplayedRequest]:
+    """Replay a stream ordered by (request, seq), yielding each request as soon as its events end."""
+    fold: _Fold | None = None
+    seen: set[str] = set()
+    for event in events:
+        if fold is not None and event.request_id == fold.request_id:
+            fold.feed(event)
+            continue
+        if fold is not None:
+            yield fold.finish()
+        if event.request_id in seen:
+            raise LogIntegrityError(
+                f"events of request {event.request_id!r} are not contiguous in the stream"
+            )
+        seen.add(event.request_id)
+        fold = _Fold(event, verify_hashes)
+    if fold is not None:
+        yield fold.finish()
+
+
+def replay_request(events: Iterable[StoredEvent], *, verify_hashes: bool = True) -> ReplayedRequest:
+    """Replay the events of exactly one request."""
+    replayed = list(replay_events(events, verify_hashes=verify_hashes))
+    if len(replayed) != 1:
+        raise LogIntegrityError(f"expected the events of one request, got {len(replayed)} requests")
+    return replayed[0]
+
+
+def replay_log(
+    log: EventLog, *, request_id: str | None = None, verify_hashes: bool = True
+) -> Iterator[ReplayedRequest]:
+    """Replay a whole log (or one request of it), streaming."""
+    return replay_events(log.events(request_id), verify_hashes=verify_hashes)
+
+
+def replay_states(log: EventLog, *, verify_hashes: bool = True) -> dict[str, RequestState]:
+    """Every request's replayed state, by request id."""
+    return {r.config.request_id: r.state for r in replay_log(log, verify_hashes=verify_hashes)}
