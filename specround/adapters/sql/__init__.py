@@ -1,0 +1,54 @@
+"""The SQL event log: SQLAlchemy Core over SQLite (embedded default) or PostgreSQL (shared by workers).
+
+:class:`SqlEventLog` implements :class:`~specround.statemachine.ports.EventLog`; :func:`upgrade_database`
+and :func:`database_status` back ``specround db upgrade`` / ``specround db current``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from specround.adapters.sql.engine import DEFAULT_BUSY_TIMEOUT_S, LogLocation, build_engine, parse_location
+from specround.adapters.sql.log import SqlEventLog
+from specround.adapters.sql.migrate import SchemaStatus, head_revision, schema_status, upgrade
+
+__all__ = [
+    "LogLocation",
+    "SchemaStatus",
+    "SqlEventLog",
+    "database_status",
+    "head_revision",
+    "parse_location",
+    "upgrade_database",
+]
+
+
+def upgrade_database(
+    url_or_path: str | os.PathLike[str],
+    revision: str = "head",
+    *,
+    busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+) -> SchemaStatus:
+    """Migrate the event-log schema at ``url_or_path`` to ``revision`` (creating a SQLite file if needed)."""
+    engine = build_engine(parse_location(url_or_path), busy_timeout_s=busy_timeout_s)
+    try:
+        return upgrade(engine, revision)
+    finally:
+        engine.dispose()
+
+
+def database_status(
+    url_or_path: str | os.PathLike[str], *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S
+) -> SchemaStatus:
+    """The applied and newest schema revisions of the database at ``url_or_path`` (changes nothing).
+
+    A SQLite path that does not exist is reported as having no schema, without creating the file.
+    """
+    location = parse_location(url_or_path)
+    if location.sqlite_path is not None and not location.sqlite_path.exists():
+        return SchemaStatus(current=None, head=head_revision())
+    engine = build_engine(location, busy_timeout_s=busy_timeout_s)
+    try:
+        return schema_status(engine)
+    finally:
+        engine.dispose()

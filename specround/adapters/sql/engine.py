@@ -1,0 +1,147 @@
+"""Where an event log lives and how to connect to it.
+
+A bare filesystem path (``str`` without ``://`` or any :class:`os.PathLike`) names an embedded SQLite file;
+anything else must be a SQLAlchemy URL: ``sqlite:///relative.db``, ``sqlite:////absolute.db`` or
+``postgresql+psycopg://user@host:5432/db`` (``postgresql://`` and ``postgres://`` are read as psycopg 3,
+the only PostgreSQL driver specround ships with). A PostgreSQL schema other than ``public`` is chosen the
+libpq way, e.g. ``...?options=-csearch_path%3Dmyschema``.
+
+SQLite connections run in WAL mode with ``synchronous=NORMAL``, foreign keys on, 8 KiB pages for new files
+and a busy timeout. The sqlite3 driver's own transaction handling is switched off and SQLAlchemy's ``begin``
+event emits ``BEGIN IMMEDIATE`` instead (the documented recipe), so every write transaction takes the write
+lock up front and a fence read can never be overtaken by another writer. Connections marked with the
+:data:`READ_ONLY` execution option begin a deferred ``BEGIN``: a consistent snapshot that blocks nobody.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from specround.errors import InvalidLogUrlError
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT_S",
+    "READ_ONLY",
+    "SQLITE_PAGE_SIZE",
+    "Backend",
+    "LogLocation",
+    "build_engine",
+    "parse_location",
+]
+
+Backend = Literal["sqlite", "postgresql"]
+"""The database families the SQL event log supports."""
+
+DEFAULT_BUSY_TIMEOUT_S = 30.0
+"""How long a write waits for a lock (SQLite busy timeout, PostgreSQL ``lock_timeout``) before it fails."""
+
+SQLITE_PAGE_SIZE = 8192
+"""Page size of new SQLite logs: fewer, larger pages make each group commit's WAL write cheaper."""
+
+READ_ONLY = "specround_read_only"
+"""Execution option: ``connection.execution_options(**{READ_ONLY: True})`` opens a read transaction."""
+
+_POSTGRES_DRIVER = "postgresql+psycopg"
+
+
+@dataclass(frozen=True, slots=True)
+class LogLocation:
+    """A parsed event-log location."""
+
+    url: URL
+    """The SQLAlchemy URL to connect to."""
+    backend: Backend
+    sqlite_path: Path | None
+    """The database file of a SQLite log (None for PostgreSQL)."""
+
+    def display(self) -> str:
+        """The URL with any password hidden, for messages and reports."""
+        return self.url.render_as_string(hide_password=True)
+
+
+def parse_location(url_or_path: str | os.PathLike[str]) -> LogLocation:
+    """Read a filesystem path or a SQLAlchemy URL; raise :class:`InvalidLogUrlError` for anything else."""
+    if isinstance(url_or_path, os.PathLike) or "://" not in url_or_path:
+        raw_path = os.fspath(url_or_path)
+        if raw_path in ("", ":memory:"):
+            raise InvalidLogUrlError(
+                "the SQL event log needs a database file or server; use the in-memory log for scratch runs"
+            )
+        path = Path(raw_path)
+        return LogLocation(URL.create("sqlite", database=str(path)), "sqlite", path)
+    try:
+        url = make_url(url_or_path)
+    except ArgumentError as exc:
+        raise InvalidLogUrlError(f"cannot parse event-log URL {url_or_path!r}: {exc}") from exc
+    backend = url.get_backend_name()
+    driver = url.get_driver_name()
+    if backend == "sqlite":
+        if driver not in ("pysqlite", ""):
+            raise InvalidLogUrlError(f"unsupported SQLite driver {driver!r}; use sqlite:///path")
+        if url.database in (None, "", ":memory:"):
+            raise InvalidLogUrlError("the SQL event log needs a SQLite database file, not an in-memory one")
+        return LogLocation(url, "sqlite", Path(str(url.database)))
+    if backend in ("postgresql", "postgres"):
+        if "+" in url.drivername and url.drivername != _POSTGRES_DRIVER:
+            raise InvalidLogUrlError(f"unsupported PostgreSQL driver {driver!r}; use {_POSTGRES_DRIVER}://")
+        return LogLocation(url.set(drivername=_POSTGRES_DRIVER), "postgresql", None)
+    raise InvalidLogUrlError(f"unsupported database {backend!r}: the event log runs on SQLite or PostgreSQL")
+
+
+def build_engine(location: LogLocation, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:
+    """Create the engine for ``location`` with the log's connection settings (see the module docstring)."""
+    if busy_timeout_s <= 0:
+        raise InvalidLogUrlError(f"busy timeout must be positive, got {busy_timeout_s}")
+    try:
+        if location.backend == "sqlite":
+            engine = create_engine(location.url, connect_args={"timeout": busy_timeout_s})
+            _install_sqlite_hooks(engine)
+        else:
+            engine = create_engine(
+                location.url, connect_args={"connect_timeout": max(1, round(busy_timeout_s))}
+            )
+            _install_postgres_hooks(engine, busy_timeout_s)
+    except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        raise InvalidLogUrlError(f"cannot use event-log URL {location.display()}: {exc}") from exc
+    return engine
+
+
+def _install_sqlite_hooks(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        # Take BEGIN away from the sqlite3 driver; the "begin" hook below emits it.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA page_size = {SQLITE_PAGE_SIZE}")  # only a brand-new file takes it
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        read_only = connection.get_execution_options().get(READ_ONLY, False)
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+def _install_postgres_hooks(engine: Engine, busy_timeout_s: float) -> None:
+    lock_timeout_ms = max(1, round(busy_timeout_s * 1000))
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        # A lock wait longer than the busy timeout fails (mapped to LogUnavailableError) instead of hanging.
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        try:
+            dbapi_connection.execute(f"SET lock_timeout = {lock_timeout_ms}")
+        finally:
+            dbapi_connection.autocommit = autocommit

@@ -1,0 +1,377 @@
+"""``SqlEventLog``: the :class:`~specround.statemachine.ports.EventLog` port over SQLite or PostgreSQL.
+
+* **Schema.** Only alembic migrations create or change tables. ``SqlEventLog.open(location)`` with
+  ``create=True`` (the default) migrates the database to this release's head first, on SQLite and on
+  PostgreSQL alike (serialised across processes: ``BEGIN IMMEDIATE`` / an advisory lock); with
+  ``create=False`` a database that is not at head is refused with :class:`SchemaVersionError` and is left
+  untouched. Operators who migrate PostgreSQL explicitly run ``specround db upgrade URL`` and open their
+  workers with ``create=False``.
+* **Publishing** is one transaction per call (group commit). The transaction reads the heads of the batch's
+  requests (``FOR UPDATE`` in request-id order on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already holds the
+  write lock), looks up the batch's round ids, decides every publication with
+  :func:`~specround.adapters.sql.fence.plan_publish`, appends the winners' events and publication rows with
+  one ``executemany`` each, and moves each winner's head with a compare-and-swap
+  ``UPDATE ... WHERE generation = expected`` whose row count is checked. The unique keys of
+  ``publications`` back the fence up; if one fires anyway (a concurrent writer the locks did not cover),
+  or PostgreSQL reports a deadlock or serialization failure, the whole call is retried from the top, so
+  the loser is decided by the fence on the next attempt instead of aborting the others.
+* **Reading** streams: :meth:`SqlEventLog.events` runs one query in a read transaction (a snapshot) and
+  yields rows as the driver delivers them (a server-side cursor on PostgreSQL), never the whole log.
+* **Errors** from the driver never escape raw; see :mod:`specround.adapters.sql.errors`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy import exc as sa_exc
+
+from specround.adapters.sql.engine import (
+    DEFAULT_BUSY_TIMEOUT_S,
+    READ_ONLY,
+    LogLocation,
+    build_engine,
+    parse_location,
+)
+from specround.adapters.sql.errors import db_errors, is_retryable
+from specround.adapters.sql.fence import (
+    EVENT_COLUMNS,
+    HEAD_UPDATE_COLUMNS,
+    PUBLICATION_COLUMNS,
+    Head,
+    PublishedRound,
+    plan_publish,
+    prepare_round,
+)
+from specround.adapters.sql.migrate import SchemaStatus, ensure_schema, schema_status
+from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
+from specround.errors import InvalidRequestError, LogUnavailableError
+from specround.statemachine.events import RequestOpened
+from specround.statemachine.ports import LogHead, PublishOutcome, RoundPublication, StoredEvent
+
+__all__ = ["PUBLISH_ATTEMPTS", "STREAM_BATCH", "SqlEventLog"]
+
+PUBLISH_ATTEMPTS = 4
+"""How often a transaction that hit a backstop (unique key, deadlock) is run again before giving up."""
+
+STREAM_BATCH = 2000
+"""Rows fetched per round trip while streaming events."""
+
+_IN_CHUNK = 500
+"""Most request ids in one ``IN (...)`` list."""
+_PAIR_CHUNK = 200
+"""Most (request, round id) pairs in one lookup."""
+
+_T = TypeVar("_T")
+
+
+class _RetryError(Exception):
+    """The fence's compare-and-swap or a unique key lost to a concurrent writer: run the call again."""
+
+
+class _Statements:
+    """The log's SQL in the driver's parameter style (the hot path skips statement compilation)."""
+
+    def __init__(self, paramstyle: str, postgres: bool) -> None:
+        self.mark = "?" if paramstyle == "qmark" else "%s"
+        marks = ", ".join([self.mark] * len(EVENT_COLUMNS))
+        self.insert_events = f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({marks})"
+        marks = ", ".join([self.mark] * len(PUBLICATION_COLUMNS))
+        self.insert_publications = (
+            f"INSERT INTO publications ({', '.join(PUBLICATION_COLUMNS)}) VALUES ({marks})"
+        )
+        assignments = ", ".join(f"{column} = {self.mark}" for column in HEAD_UPDATE_COLUMNS)
+        self.update_head = (
+            f"UPDATE requests SET {assignments} WHERE request_id = {self.mark} AND generation = {self.mark}"
+        )
+        self.insert_request = (
+            "INSERT INTO requests (request_id, generation, head_seq, head_hash, state_digest, finished, "
+            f"opened_digest, opened_at, updated_at) VALUES ({', '.join([self.mark] * 9)})"
+        )
+        self.lock_suffix = " ORDER BY request_id FOR UPDATE" if postgres else ""
+        self.opened = (
+            "SELECT e.hash, r.opened_digest FROM requests r JOIN events e "
+            f"ON e.request_id = r.request_id AND e.seq = 0 WHERE r.request_id = {self.mark}"
+        )
+        self.head = (
+            "SELECT request_id, generation, head_seq, head_hash, state_digest, finished FROM requests "
+            f"WHERE request_id = {self.mark}"
+        )
+        columns = ", ".join(EVENT_COLUMNS)
+        self.all_events = f"SELECT {columns} FROM events ORDER BY request_id, seq"
+        self.request_events = f"SELECT {columns} FROM events WHERE request_id = {self.mark} ORDER BY seq"
+        self.request_ids = "SELECT request_id FROM requests ORDER BY request_id"
+
+    def heads(self, count: int) -> str:
+        marks = ", ".join([self.mark] * count)
+        return (
+            "SELECT request_id, generation, head_seq, head_hash, finished FROM requests "
+            f"WHERE request_id IN ({marks}){self.lock_suffix}"
+        )
+
+    def rounds(self, count: int) -> str:
+        pair = f"(request_id = {self.mark} AND round_id = {self.mark})"
+        return (
+            "SELECT request_id, round_id, generation, commit_digest FROM publications WHERE "
+            + " OR ".join([pair] * count)
+        )
+
+
+class SqlEventLog:
+    """Durable, hash-chained event log with a per-request generation fence, on SQLite or PostgreSQL.
+
+    Build one with :meth:`open`. Safe to share between threads (each call checks a connection out of the
+    engine's pool); many processes may open the same database.
+    """
+
+    def __init__(self, engine: Engine, location: LogLocation) -> None:
+        """Wrap an engine built by :func:`~specround.adapters.sql.engine.build_engine` (see :meth:`open`)."""
+        self._engine = engine
+        self._location = location
+        self._sql = _Statements(engine.dialect.paramstyle, location.backend == "postgresql")
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        url_or_path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    ) -> SqlEventLog:
+        """Open the log at a filesystem path (SQLite) or a SQLAlchemy URL.
+
+        With ``create=True`` a missing SQLite file is created and any database is migrated to this
+        release's schema; with ``create=False`` the log must already exist at the current schema
+        (:class:`~specround.errors.LogUnavailableError` for a missing SQLite file,
+        :class:`~specround.errors.SchemaVersionError` for a database that is not at head).
+        ``busy_timeout_s`` bounds every lock wait.
+        """
+        location = parse_location(url_or_path)
+        if not create and location.sqlite_path is not None and not location.sqlite_path.is_file():
+            raise LogUnavailableError(f"no event log at {location.sqlite_path}")
+        engine = build_engine(location, busy_timeout_s=busy_timeout_s)
+        try:
+            ensure_schema(engine, create=create)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine, location)
+
+    # --- introspection -----------------------------------------------------------------------------------
+
+    @property
+    def location(self) -> LogLocation:
+        """Where this log lives."""
+        return self._location
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (for tools and tests; the log's own writes go through its methods)."""
+        return self._engine
+
+    def schema_status(self) -> SchemaStatus:
+        """The database's applied and newest schema revisions."""
+        self._check_open()
+        return schema_status(self._engine)
+
+    # --- the EventLog port ---------------------------------------------------------------------------------
+
+    def open_request(self, event: RequestOpened, state_digest: str) -> None:
+        """Append a request's ``request_opened`` event at generation 0 (see the port).
+
+        Opening again with an identical event (same canonical bytes) and state digest is a no-op; anything
+        else for a known request id raises :class:`~specround.errors.InvalidRequestError`.
+        """
+        self._check_open()
+        if event.config.request_id != event.request_id:
+            raise InvalidRequestError(
+                f"request_opened for {event.request_id!r} carries the config of {event.config.request_id!r}"
+            )
+        payload = canonical_bytes(event)
+        link = chain_hash(GENESIS_HASH, payload)
+
+        def attempt(connection: Connection) -> None:
+            row = connection.exec_driver_sql(self._sql.opened, (event.request_id,)).first()
+            if row is not None:
+                if (row[0], row[1]) != (link, state_digest):
+                    raise InvalidRequestError(
+                        f"request {event.request_id!r} is already open with a different request_opened "
+                        "event or initial state"
+                    )
+                return
+            now = time.time()
+            connection.exec_driver_sql(
+                self._sql.insert_request,
+                (event.request_id, 0, 0, link, state_digest, False, state_digest, now, now),
+            )
+            connection.exec_driver_sql(
+                self._sql.insert_events,
+                (
+                    event.request_id,
+                    0,
+                    event.kind,
+                    None,
+                    0,
+                    event.schema_version,
+                    GENESIS_HASH,
+                    link,
+                    now,
+                    payload.decode("utf-8"),
+                ),
+            )
+
+        self._write("open a request", attempt)
+
+    def publish(self, publications: Sequence[RoundPublication]) -> list[PublishOutcome]:
+        """Group-commit rounds in one transaction, fencing each request on its own (see the module doc).
+
+        Malformed publications are refused with :class:`~specround.errors.InvalidRequestError` before the
+        transaction starts; a publication for an unknown request (``InvalidRequestError``) or a finished
+        one (:class:`~specround.errors.RequestFinishedError`) aborts the call with nothing written.
+        """
+        self._check_open()
+        prepared = [prepare_round(publication) for publication in publications]
+        if not prepared:
+            return []
+        request_ids = sorted({p.publication.request_id for p in prepared})
+        pairs = sorted({(p.publication.request_id, p.publication.round_id) for p in prepared})
+
+        def attempt(connection: Connection) -> list[PublishOutcome]:
+            heads = self._read_heads(connection, request_ids)
+            known = self._read_rounds(connection, pairs)
+            plan = plan_publish(prepared, heads, known, time.time())
+            if plan.event_rows:
+                connection.exec_driver_sql(self._sql.insert_events, plan.event_rows)
+                connection.exec_driver_sql(self._sql.insert_publications, plan.publication_rows)
+                moved = connection.exec_driver_sql(self._sql.update_head, plan.head_updates).rowcount
+                if moved != len(plan.head_updates):
+                    raise _RetryError(f"{len(plan.head_updates) - moved} compare-and-swap(s) lost")
+            return plan.outcomes
+
+        return self._write("publish rounds", attempt)
+
+    def events(self, request_id: str | None = None) -> Iterator[StoredEvent]:
+        """Stream stored events in (request, seq) order, for one request or all of them."""
+        self._check_open()
+        if request_id is None:
+            return self._stream(self._sql.all_events, ())
+        return self._stream(self._sql.request_events, (request_id,))
+
+    def request_ids(self) -> list[str]:
+        """Every request id in the log, sorted (byte-wise, as Python sorts ``str``)."""
+        self._check_open()
+        return self._read(
+            "list requests", lambda c: [row[0] for row in c.exec_driver_sql(self._sql.request_ids)]
+        )
+
+    def head(self, request_id: str) -> LogHead | None:
+        """The newest published point of a request, or None if the log has never seen it."""
+        self._check_open()
+
+        def read(connection: Connection) -> LogHead | None:
+            row = connection.exec_driver_sql(self._sql.head, (request_id,)).first()
+            if row is None:
+                return None
+            return LogHead(
+                request_id=row[0],
+                generation=int(row[1]),
+                seq=int(row[2]),
+                hash=row[3],
+                state_digest=row[4],
+                finished=bool(row[5]),
+            )
+
+        return self._read("read a head", read)
+
+    def close(self) -> None:
+        """Release the connection pool; every later call raises LogUnavailableError."""
+        if not self._closed:
+            self._closed = True
+            self._engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"SqlEventLog({self._location.display()!r}, {state})"
+
+    # --- internals -----------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogUnavailableError(f"the event log at {self._location.display()} is closed")
+
+    def _write(self, action: str, body: Callable[[Connection], _T]) -> _T:
+        """Run ``body`` in one write transaction; rerun it when a backstop fired (see module docstring)."""
+        for attempt in range(1, PUBLISH_ATTEMPTS + 1):
+            try:
+                with db_errors(action), self._engine.begin() as connection:
+                    return body(connection)
+            except _RetryError:
+                if attempt == PUBLISH_ATTEMPTS:
+                    raise LogUnavailableError(f"could not {action}: the fence kept moving") from None
+            except Exception as error:
+                cause = error.__cause__
+                backstop = isinstance(cause, sa_exc.IntegrityError) or (
+                    cause is not None and is_retryable(cause)
+                )
+                if not backstop or attempt == PUBLISH_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _read(self, action: str, body: Callable[[Connection], _T]) -> _T:
+        with db_errors(action), self._engine.connect() as connection:
+            connection = connection.execution_options(**{READ_ONLY: True})
+            with connection.begin():
+                return body(connection)
+
+    def _read_heads(self, connection: Connection, request_ids: list[str]) -> dict[str, Head]:
+        heads: dict[str, Head] = {}
+        for start in range(0, len(request_ids), _IN_CHUNK):
+            chunk = tuple(request_ids[start : start + _IN_CHUNK])
+            for row in connection.exec_driver_sql(self._sql.heads(len(chunk)), chunk):
+                heads[row[0]] = Head(int(row[1]), int(row[2]), row[3], bool(row[4]))
+        return heads
+
+    def _read_rounds(
+        self, connection: Connection, pairs: list[tuple[str, str]]
+    ) -> dict[tuple[str, str], PublishedRound]:
+        known: dict[tuple[str, str], PublishedRound] = {}
+        for start in range(0, len(pairs), _PAIR_CHUNK):
+            chunk = pairs[start : start + _PAIR_CHUNK]
+            flat = tuple(value for pair in chunk for value in pair)
+            for row in connection.exec_driver_sql(self._sql.rounds(len(chunk)), flat):
+                known[(row[0], row[1])] = PublishedRound(int(row[2]), row[3])
+        return known
+
+    def _stream(self, sql: str, parameters: tuple[Any, ...]) -> Iterator[StoredEvent]:
+        loads = json.loads
+        with db_errors("read events"), self._engine.connect() as connection:
+            connection = connection.execution_options(**{READ_ONLY: True}, yield_per=STREAM_BATCH)
+            with connection.begin():
+                for row in connection.exec_driver_sql(sql, parameters):
+                    yield StoredEvent(
+                        request_id=row[0],
+                        seq=int(row[1]),
+                        kind=row[2],
+                        round_id=row[3],
+                        generation=int(row[4]),
+                        schema_version=int(row[5]),
+                        prev_hash=row[6],
+                        hash=row[7],
+                        recorded_at=float(row[8]),
+                        payload=loads(row[9]),
+                    )
