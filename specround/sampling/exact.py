@@ -70,6 +70,7 @@ __all__ = [
     "DEGENERATE_RESIDUAL_ULPS",
     "InverseCdfDraw",
     "accepts",
+    "block_width",
     "decide",
     "decide_from_uniforms",
     "degenerate_residual_tolerance",
@@ -79,7 +80,8 @@ __all__ = [
 ]
 
 BLOCK_SIZE = 256
-"""Vocabulary block of the two-level inverse-CDF search: block sums first, then a cumsum inside one block."""
+"""Vocabulary block of the two-level inverse-CDF search: block sums first, then a cumsum inside one block
+(``min(BLOCK_SIZE, V)`` columns wide: see :func:`block_width`)."""
 
 DEGENERATE_RESIDUAL_ULPS = 16
 """A residual mass at or below this many units of roundoff of the rows' dtype counts as zero (0x03D)."""
@@ -155,8 +157,8 @@ def _search(
 ) -> InverseCdfDraw:
     """Two-level inverse-CDF search over rows given by their block sums and a block reader.
 
-    ``block_sums`` [N, nB] float64 (the last block zero-padded to ``BLOCK_SIZE``), ``u`` [N] float64 and
-    ``block_values(block [N]) -> [N, BLOCK_SIZE]`` float64 returning the same values the sums were taken over.
+    ``block_sums`` [N, nB] float64 (the last block zero-padded to the block width), ``u`` [N] float64 and
+    ``block_values(block [N]) -> [N, BS]`` float64 returning the same values the sums were taken over.
     """
     n_blocks = block_sums.shape[1]
     cumulative = block_sums.cumsum(1)  # [N, nB]
@@ -171,21 +173,27 @@ def _search(
     inside = prefix[:, None] + values.cumsum(1)  # [N, BS]
     offset = torch.searchsorted(inside, target[:, None], right=True).squeeze(1)  # [N]
     # Rounding clamp: the block's own cumsum may end a few ulps below its block sum.
-    offset = torch.where(offset < BLOCK_SIZE, offset, _last_true(values > 0))
+    width = values.shape[1]
+    offset = torch.where(offset < width, offset, _last_true(values > 0))
     before_token = inside.gather(1, (offset - 1).clamp_min(0)[:, None]).squeeze(1)  # [N]
     mass_before = torch.where(offset > 0, before_token, prefix)
     token_mass = values.gather(1, offset[:, None]).squeeze(1)  # [N]
     return InverseCdfDraw(
-        tokens=block * BLOCK_SIZE + offset,
+        tokens=block * width + offset,
         mass_before=mass_before,
         token_mass=token_mass,
         total=total,
     )
 
 
-def _pad_to_blocks(values: torch.Tensor) -> torch.Tensor:
-    """Zero-pad the last dimension of ``values`` [N, C] to a multiple of ``BLOCK_SIZE``."""
-    extra = -values.shape[1] % BLOCK_SIZE
+def block_width(vocab: int) -> int:
+    """Columns per block of the two-level search over a vocabulary of ``vocab`` tokens."""
+    return min(BLOCK_SIZE, vocab)
+
+
+def _pad_to_blocks(values: torch.Tensor, width: int) -> torch.Tensor:
+    """Zero-pad the last dimension of ``values`` [N, C] to a multiple of ``width``."""
+    extra = -values.shape[1] % width
     return F.pad(values, (0, extra)) if extra else values
 
 
@@ -194,8 +202,9 @@ def inverse_cdf(row_mass: torch.Tensor, uniforms: torch.Tensor) -> InverseCdfDra
 
     ``row_mass`` [N, V] holds non-negative, finite, not necessarily normalised masses (float32 or float64);
     ``uniforms`` [N] float64 in ``[0, 1)``. The token is the smallest index whose cumulative mass exceeds
-    ``u * total``; cumulative masses are float64, summed two-level (``BLOCK_SIZE`` blocks, then within the
-    block), so ``mass_before <= u * total < mass_before + token_mass``. A zero-mass token is never chosen.
+    ``u * total``; cumulative masses are float64, summed two-level (block sums over :func:`block_width`
+    columns, then a cumulative sum within the block), so
+    ``mass_before <= u * total < mass_before + token_mass``. A zero-mass token is never chosen.
     Rounding clamp: when ``u * total`` lands at or above the last cumulative value (possible only through
     rounding, by a few ulps of ``total``), the last positive-mass token of the selected block (or of the
     row) is returned and the bracket holds up to those ulps.
@@ -218,15 +227,16 @@ def inverse_cdf(row_mass: torch.Tensor, uniforms: torch.Tensor) -> InverseCdfDra
             raise NegativeMassError("row_mass holds a negative entry")
         if not bool(((u >= 0) & (u < 1)).all()):
             raise InvalidRequestError("inverse-CDF uniforms must lie in [0, 1)")
-        padded = _pad_to_blocks(row_mass.to(_F64))  # [N, nB * BS]
+        width = block_width(row_mass.shape[1])
+        padded = _pad_to_blocks(row_mass.to(_F64), width)  # [N, nB * BS]
         n_rows = padded.shape[0]
-        block_sums = padded.view(n_rows, -1, BLOCK_SIZE).sum(-1)  # [N, nB]
+        block_sums = padded.view(n_rows, -1, width).sum(-1)  # [N, nB]
         if not bool((block_sums.sum(1) > 0).all()):
             raise NotNormalisedError("an inverse-CDF row has no positive mass")
-        columns = torch.arange(BLOCK_SIZE, device=padded.device)  # [BS]
+        columns = torch.arange(width, device=padded.device)  # [BS]
 
         def block_values(block: torch.Tensor) -> torch.Tensor:
-            return padded.gather(1, block[:, None] * BLOCK_SIZE + columns[None, :])  # [N, BS]
+            return padded.gather(1, block[:, None] * width + columns[None, :])  # [N, BS]
 
         return _search(block_sums, u, block_values)
 
@@ -252,11 +262,12 @@ def round_uniforms(batch: SamplerBatch) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _chunk_columns(n_rows: int, vocab: int, device: torch.device) -> int:
     """Vocabulary columns per chunk of the terminal pass: cache-sized on CPU, the whole row elsewhere."""
-    whole = vocab + (-vocab % BLOCK_SIZE)
+    width = block_width(vocab)
+    whole = vocab + (-vocab % width)
     if device.type != "cpu":
         return whole
-    columns = (_CPU_CHUNK_ELEMENTS // max(n_rows, 1)) // BLOCK_SIZE * BLOCK_SIZE
-    return min(whole, max(BLOCK_SIZE, columns))
+    columns = (_CPU_CHUNK_ELEMENTS // max(n_rows, 1)) // width * width
+    return min(whole, max(width, columns))
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,7 +293,8 @@ def _block_sums_pass(
     Returns block sums [N, nB], and (when ``with_stats``) sum/minimum of the p rows and of the q rows.
     """
     n_rows, vocab = rows.batch_rows.shape[0], p.shape[2]
-    n_blocks = -(-vocab // BLOCK_SIZE)
+    width = block_width(vocab)
+    n_blocks = -(-vocab // width)
     sums = torch.empty(n_rows, n_blocks, dtype=_F64, device=p.device)  # [N, nB]
     p_total = torch.zeros(n_rows, dtype=_F64, device=p.device)
     q_total = torch.zeros(n_rows, dtype=_F64, device=p.device)
@@ -299,9 +311,9 @@ def _block_sums_pass(
             if q_part is not None:
                 q_total += q_part.sum(1)
                 q_min = torch.minimum(q_min, q_part.amin(1))
-        mass = _pad_to_blocks(terminal_mass(p_part, q_part, rows.correction))  # [N, C']
-        first = start // BLOCK_SIZE
-        sums[:, first : first + mass.shape[1] // BLOCK_SIZE] = mass.view(n_rows, -1, BLOCK_SIZE).sum(-1)
+        mass = _pad_to_blocks(terminal_mass(p_part, q_part, rows.correction), width)  # [N, C']
+        first = start // width
+        sums[:, first : first + mass.shape[1] // width] = mass.view(n_rows, -1, width).sum(-1)
     if not with_stats:
         return sums, None, None
     return sums, RowStatistics(p_total, p_min), RowStatistics(q_total, q_min)
@@ -312,10 +324,11 @@ def _block_reader(
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """``block [N] -> [N, BS]`` float64 terminal mass of that block of each terminal row (zero past V)."""
     vocab = p.shape[2]
-    columns = torch.arange(BLOCK_SIZE, device=p.device)  # [BS]
+    width = block_width(vocab)
+    columns = torch.arange(width, device=p.device)  # [BS]
 
     def read(block: torch.Tensor) -> torch.Tensor:
-        cols = block[:, None] * BLOCK_SIZE + columns[None, :]  # [N, BS]
+        cols = block[:, None] * width + columns[None, :]  # [N, BS]
         safe = cols.clamp(max=vocab - 1)
         b_idx, p_idx = rows.batch_rows[:, None], rows.p_rows[:, None]
         p_vals = p[b_idx, p_idx, safe]  # [N, BS]
