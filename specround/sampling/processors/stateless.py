@@ -105,11 +105,13 @@ class TopK(LogitProcessor):
         if self.k >= vocab:
             return logits.clone()
         kth = torch.topk(logits, self.k, dim=-1).values[..., -1:]  # [N, 1] the k-th largest value
-        above = logits > kth  # [N, V]
+        keep = logits >= kth  # [N, V]
+        if bool((keep.sum(dim=-1) == self.k).all()):  # no surplus ties at the k-th value
+            return _keep(logits, keep)
+        above = logits > kth
         at = logits == kth
         room = self.k - above.sum(dim=-1, keepdim=True)  # [N, 1] slots left for values equal to kth
-        keep = above | (at & (at.cumsum(dim=-1) <= room))
-        return _keep(logits, keep)
+        return _keep(logits, above | (at & (at.cumsum(dim=-1) <= room)))
 
     @classmethod
     def from_spec(cls, params: dict[str, Any], state: dict[str, Any]) -> Self:
@@ -141,8 +143,9 @@ class TopP(LogitProcessor):
     Ranking all ``V`` tokens costs a sort per row; the nucleus is usually small, so the top 1024 (then
     8192) candidates are ranked first. A candidate answer is provably the full one when the last kept
     candidate's logit is strictly above the smallest candidate logit (every token outside the candidates
-    ranks after it); other rows go to the next tier and finally to a full stable sort. Every path gives
-    the same mask.
+    ranks after it); other rows go to the next tier and finally to a ranking of every allowed (finite)
+    token, which is all that can be kept (after top-k, that is only k tokens). Every path gives the
+    same mask.
     """
 
     kind: ClassVar[str] = "top_p"
@@ -155,10 +158,10 @@ class TopP(LogitProcessor):
         return {"p": self.p}
 
     def _nucleus(
-        self, values: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, total: torch.Tensor
+        self, ids: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor, total: torch.Tensor
     ) -> torch.Tensor:
-        """Keep flags ``[N, k]`` of ranked candidates (``weights`` = ``exp(x - max)`` ``[N, V]``)."""
-        probs = weights.gather(-1, ids) / total  # [N, k]
+        """Keep flags ``[r, k]`` of ranked candidate ``ids`` of ``rows`` (``weights = exp(x - max)``)."""
+        probs = weights[rows.unsqueeze(-1), ids] / total[rows]  # [r, k]
         mass_before = probs.cumsum(dim=-1) - probs
         return mass_before < self.p
 
@@ -171,21 +174,26 @@ class TopP(LogitProcessor):
         m = x.amax(dim=-1, keepdim=True)
         weights = torch.exp(x - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))  # [N, V]
         total = weights.sum(dim=-1, keepdim=True)  # [N, 1]
+        # Only finite logits can be kept, so ranking the `allowed` largest of each row is a full ranking.
+        allowed = int(torch.isfinite(x).sum(dim=-1).max())
+        if allowed == 0:
+            return logits.clone()
         keep = torch.zeros(x.shape, dtype=torch.bool, device=x.device)  # [N, V]
         pending = torch.arange(x.shape[0], device=x.device)  # rows whose nucleus is not settled yet
-        for k in (*(t for t in _NUCLEUS_TIERS if t < vocab), vocab):
+        for k in (*(t for t in _NUCLEUS_TIERS if t < allowed), allowed):
             rows = logits[pending]  # [r, V] (ranking the input dtype: the same order as float64)
             if k < vocab:
                 top_values, top_ids = torch.topk(rows, k, dim=-1)  # [r, k]
                 values, ids = _rank_stably(top_values, top_ids)
             else:  # a stable sort of all ids (already ascending) ranks ties by ascending id
                 values, ids = torch.sort(rows, dim=-1, descending=True, stable=True)
-            keep_ranked = self._nucleus(values, ids, weights[pending], total[pending])  # [r, k] True prefix
-            settled = torch.ones(pending.shape, dtype=torch.bool, device=x.device)
-            if k < vocab:
+            keep_ranked = self._nucleus(ids, pending, weights, total)  # [r, k], a True prefix
+            if k < allowed:
                 kept = keep_ranked.sum(dim=-1, keepdim=True)  # [r, 1]
                 last_kept_value = values.gather(-1, (kept - 1).clamp(min=0))
                 settled = ((kept < k) & (last_kept_value > values[..., -1:])).flatten()
+            else:
+                settled = torch.ones(pending.shape, dtype=torch.bool, device=x.device)
             done = pending[settled]
             keep[done] = torch.zeros_like(keep[done]).scatter(-1, ids[settled], keep_ranked[settled])
             pending = pending[~settled]
