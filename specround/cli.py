@@ -29,6 +29,60 @@ def version() -> None:
     typer.echo(__version__)
 
 
+db_app = typer.Typer(help="The event-log database schema (alembic migrations).", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+_DB_URL_HELP = "A SQLite file path, or a SQLAlchemy URL (sqlite:///..., postgresql+psycopg://...)."
+
+
+def _echo_schema(current: str | None, head: str, as_json: bool) -> None:
+    if as_json:
+        import json
+
+        payload = {"current": current, "head": head, "up_to_date": current == head}
+        typer.echo(json.dumps(payload, sort_keys=True))
+    else:
+        state = "up to date" if current == head else "behind"
+        typer.echo(f"current: {current or 'none'}  head: {head}  ({state})")
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    url: str = typer.Argument(..., help=_DB_URL_HELP),
+    revision: str = typer.Option("head", help="Target revision."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Create or migrate the event-log schema (a new SQLite file is created)."""
+    from specround.adapters.sql import upgrade_database
+    from specround.errors import SpecroundError
+
+    try:
+        status = upgrade_database(url, revision)
+    except SpecroundError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    _echo_schema(status.current, status.head, as_json)
+
+
+@db_app.command("current")
+def db_current(
+    url: str = typer.Argument(..., help=_DB_URL_HELP),
+    check: bool = typer.Option(False, "--check", help="Exit with status 1 unless the schema is at head."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Show the applied schema revision and the newest one this release ships (changes nothing)."""
+    from specround.adapters.sql import database_status
+    from specround.errors import SpecroundError
+
+    try:
+        status = database_status(url)
+    except SpecroundError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    _echo_schema(status.current, status.head, as_json)
+    if check and not status.up_to_date:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

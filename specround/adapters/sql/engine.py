@@ -80,8 +80,7 @@ def parse_location(url_or_path: str | os.PathLike[str]) -> LogLocation:
         url = make_url(url_or_path)
     except ArgumentError as exc:
         raise InvalidLogUrlError(f"cannot parse event-log URL {url_or_path!r}: {exc}") from exc
-    backend = url.get_backend_name()
-    driver = url.get_driver_name()
+    backend, _, driver = url.drivername.partition("+")
     if backend == "sqlite":
         if driver not in ("pysqlite", ""):
             raise InvalidLogUrlError(f"unsupported SQLite driver {driver!r}; use sqlite:///path")
@@ -89,7 +88,7 @@ def parse_location(url_or_path: str | os.PathLike[str]) -> LogLocation:
             raise InvalidLogUrlError("the SQL event log needs a SQLite database file, not an in-memory one")
         return LogLocation(url, "sqlite", Path(str(url.database)))
     if backend in ("postgresql", "postgres"):
-        if "+" in url.drivername and url.drivername != _POSTGRES_DRIVER:
+        if driver not in ("psycopg", ""):
             raise InvalidLogUrlError(f"unsupported PostgreSQL driver {driver!r}; use {_POSTGRES_DRIVER}://")
         return LogLocation(url.set(drivername=_POSTGRES_DRIVER), "postgresql", None)
     raise InvalidLogUrlError(f"unsupported database {backend!r}: the event log runs on SQLite or PostgreSQL")

@@ -1,0 +1,239 @@
+"""SQL-specific behaviour of SqlEventLog: locations, SQLite settings, error mapping, the database fence."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlalchemy import event, text
+
+from specround.adapters.sql import SqlEventLog, parse_location
+from specround.adapters.sql.engine import SQLITE_PAGE_SIZE
+from specround.canonical import canonical_bytes, chain_hash
+from specround.errors import (
+    InputError,
+    InvalidLogUrlError,
+    LogIntegrityError,
+    LogUnavailableError,
+    RequestFinishedError,
+    SchemaVersionError,
+)
+from tests.adapters.eventlog_contract import PUBLISHED, assert_chains_verify, opened, snapshot
+from tests.adapters.synthetic_rounds import build_round, run_rounds
+
+# --- locations --------------------------------------------------------------------------------------------
+
+
+def test_a_bare_path_is_a_sqlite_file(tmp_path: Path) -> None:
+    for raw in (str(tmp_path / "a.db"), tmp_path / "a.db", "relative/b.db"):
+        location = parse_location(raw)
+        assert location.backend == "sqlite"
+        assert location.sqlite_path == Path(os.fspath(raw))
+
+
+def test_urls_name_their_backend() -> None:
+    assert parse_location("sqlite:///x.db").sqlite_path == Path("x.db")
+    assert parse_location("sqlite:////abs/x.db").sqlite_path == Path("/abs/x.db")
+    for url in ("postgresql://u@h/db", "postgres://u@h/db", "postgresql+psycopg://u:secret@h:5/db"):
+        location = parse_location(url)
+        assert location.backend == "postgresql"
+        assert location.url.drivername == "postgresql+psycopg"
+        assert "secret" not in location.display()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ":memory:",
+        "",
+        "sqlite://",
+        "sqlite:///:memory:",
+        "mysql://u@h/db",
+        "postgresql+psycopg2://u@h/db",
+        "::://",
+    ],
+)
+def test_unusable_locations_are_refused_as_input_errors(bad: str) -> None:
+    with pytest.raises(InvalidLogUrlError) as caught:
+        SqlEventLog.open(bad)
+    assert isinstance(caught.value, InputError)
+
+
+# --- opening ----------------------------------------------------------------------------------------------
+
+
+def test_open_without_create_needs_an_existing_log(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.sqlite"
+    with pytest.raises(LogUnavailableError):
+        SqlEventLog.open(missing, create=False)
+    assert not missing.exists()
+    empty = tmp_path / "empty.sqlite"
+    sqlite3.connect(empty).close()
+    with pytest.raises(SchemaVersionError):
+        SqlEventLog.open(empty, create=False)
+    with sqlite3.connect(empty) as raw:
+        assert raw.execute("SELECT name FROM sqlite_master").fetchall() == []
+
+
+def test_two_handles_on_one_file_share_the_log(sqlite_path: str) -> None:
+    first = SqlEventLog.open(sqlite_path)
+    second = SqlEventLog.open(sqlite_path, create=False)
+    cfg, state = opened(first, "req-a")
+    publication, _ = build_round(cfg, state)
+    assert second.publish([publication])[0].status is PUBLISHED
+    assert snapshot(first) == snapshot(second)
+    first.close()
+    second.close()
+    reopened = SqlEventLog.open(sqlite_path, create=False)
+    assert reopened.head("req-a") is not None and reopened.head("req-a").generation == 1  # type: ignore[union-attr]
+    assert_chains_verify(reopened)
+    reopened.close()
+
+
+def test_sqlite_connections_use_wal_normal_sync_and_foreign_keys(sqlite_path: str) -> None:
+    log = SqlEventLog.open(sqlite_path, busy_timeout_s=7.5)
+    with log.engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+        assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert connection.exec_driver_sql("PRAGMA page_size").scalar() == SQLITE_PAGE_SIZE
+        assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 7500
+    log.close()
+
+
+def test_every_write_transaction_begins_immediate(sqlite_path: str) -> None:
+    log = SqlEventLog.open(sqlite_path)
+    statements: list[str] = []
+
+    @event.listens_for(log.engine, "before_cursor_execute")
+    def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        statements.append(
+            statement.split()[0].upper() + (" " + statement.split()[1].upper() if " " in statement else "")
+        )
+
+    cfg, state = opened(log, "req-a")
+    publication, _ = build_round(cfg, state)
+    log.publish([publication])
+    log.head("req-a")
+    list(log.events())
+    begins = [s for s in statements if s.startswith("BEGIN")]
+    writes = [s for s in statements if s.split()[0] in ("INSERT", "UPDATE")]
+    assert begins == ["BEGIN IMMEDIATE", "BEGIN IMMEDIATE", "BEGIN", "BEGIN"]  # open, publish, 2 reads
+    assert writes  # the writes happened inside those transactions
+    log.close()
+
+
+# --- the database fence -----------------------------------------------------------------------------------
+
+
+def test_a_finished_request_refuses_further_rounds(log_url: str) -> None:
+    """INV-2: a finished request gets no further round; the log refuses and appends nothing."""
+    log = SqlEventLog.open(log_url)
+    cfg, state = opened(log, "req-a", max_new_tokens=2)
+    rounds = run_rounds(cfg, state, 5)
+    for publication, _ in rounds:
+        log.publish([publication])
+    final = rounds[-1][1]
+    assert final.finished
+    # A caller that lost track of the finish (here: a larger budget) builds one more round.
+    extra, _ = build_round(
+        cfg.model_copy(update={"max_new_tokens": 50}), final.model_copy(update={"finished": False})
+    )
+    before = snapshot(log)
+    with pytest.raises(RequestFinishedError):
+        log.publish([extra])
+    assert snapshot(log) == before
+    log.close()
+
+
+def test_stored_payload_is_the_hashed_canonical_text(log_url: str) -> None:
+    """INV-9: the audit recomputes every link from the stored text itself."""
+    log = SqlEventLog.open(log_url)
+    cfg, state = opened(log, "req-a")
+    rounds = run_rounds(cfg, state, 2)
+    log.publish([p for p, _ in rounds])
+    with log.engine.connect() as connection:
+        rows = connection.execute(text("SELECT seq, prev_hash, hash, payload FROM events ORDER BY seq")).all()
+    events = [e for p, _ in rounds for e in p.events()]
+    assert [row.payload.encode() for row in rows[1:]] == [canonical_bytes(e) for e in events]
+    for row in rows:
+        assert row.hash == chain_hash(row.prev_hash, row.payload.encode())
+    log.close()
+
+
+def test_the_unique_keys_back_up_the_fence(log_url: str) -> None:
+    """A publication row the compare-and-swap did not expect trips the unique key: nothing is appended
+    and the caller gets LogIntegrityError, never a raw driver exception."""
+    log = SqlEventLog.open(log_url)
+    cfg, state = opened(log, "req-a")
+    other_cfg, other_state = opened(log, "req-b")
+    publication, _ = build_round(cfg, state)
+    bystander, _ = build_round(other_cfg, other_state)
+    with log.engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO publications (request_id, generation, round_id, commit_digest, "
+                "successor_digest, event_seq, recorded_at) VALUES ('req-a', 1, 'intruder', :d, :d, 5, 0)"
+            ),
+            {"d": "0" * 64},
+        )
+    before = snapshot(log)
+    with pytest.raises(LogIntegrityError) as caught:
+        log.publish([bystander, publication])
+    assert "publications" in str(caught.value).lower() or "unique" in str(caught.value).lower()
+    assert snapshot(log) == before
+    log.close()
+
+
+def test_a_reader_keeps_its_snapshot(log_url: str) -> None:
+    log = SqlEventLog.open(log_url)
+    cfg, state = opened(log, "req-a", max_new_tokens=60)
+    rounds = run_rounds(cfg, state, 3)
+    log.publish([rounds[0][0]])
+    reader = log.events("req-a")
+    first = next(reader)
+    log.publish([rounds[1][0]])
+    assert len([first, *reader]) == 6  # the round published after the read began is not in this read
+    assert len(list(log.events("req-a"))) == 11
+    log.close()
+
+
+# --- driver errors ----------------------------------------------------------------------------------------
+
+
+def test_a_locked_database_is_reported_as_unavailable(sqlite_path: str) -> None:
+    log = SqlEventLog.open(sqlite_path, busy_timeout_s=0.05)
+    cfg, state = opened(log, "req-a")
+    publication, _ = build_round(cfg, state)
+    blocker = sqlite3.connect(sqlite_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(LogUnavailableError, match="locked"):
+            log.publish([publication])
+        assert log.head("req-a").generation == 0  # type: ignore[union-attr]  # reads still work under WAL
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert log.publish([publication])[0].status is PUBLISHED
+    log.close()
+
+
+def test_an_unreachable_postgres_server_is_unavailable() -> None:
+    with pytest.raises(LogUnavailableError) as caught:
+        SqlEventLog.open("postgresql+psycopg://postgres@127.0.0.1:1/test", busy_timeout_s=2)
+    assert "sqlalchemy" not in type(caught.value).__module__
+    assert caught.value.__cause__ is not None  # the driver's error stays attached for debugging
+
+
+def test_a_missing_table_is_a_schema_error(log_url: str) -> None:
+    log = SqlEventLog.open(log_url)
+    opened(log, "req-a")
+    with log.engine.begin() as connection:
+        connection.execute(text("DROP TABLE publications"))
+    cfg, state = opened(log, "req-b")
+    publication, _ = build_round(cfg, state)
+    with pytest.raises(SchemaVersionError):
+        log.publish([publication])
+    log.close()
