@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from pydantic import ValidationError
 
-from specround.canonical import canonical_bytes
 from specround.errors import (
     DraftIdOutOfVocabError,
     DuplicateRoundError,
@@ -56,13 +55,14 @@ from specround.errors import (
     StaleGenerationError,
     UnknownLayoutError,
 )
+from specround.sampling.coordinate import RoundCoordinate
 from specround.sampling.exact import decide
 from specround.sampling.processors.base import StopAutomaton
 from specround.sampling.processors.chain import ProcessorChain
 from specround.sampling.processors.stop import StopSequences
 from specround.sampling.types import PAD_ID, Layout, SamplerBatch, SamplerDecision, TerminalKind
 from specround.sampling.validation import ValidationMode
-from specround.statemachine.binding import coordinate_digest, coordinate_document
+from specround.statemachine.binding import coordinate_digest, round_coordinate, static_coordinate
 from specround.statemachine.events import (
     RequestOpened,
     RoundDecided,
@@ -297,10 +297,10 @@ class RoundController:
         """The request's immutable configuration."""
         return self._entry(request_id).config
 
-    def coordinate(self, request_id: str) -> dict[str, Any]:
-        """The round coordinate of the request's published state, as a JSON-able mapping (0x01A)."""
+    def coordinate(self, request_id: str) -> RoundCoordinate:
+        """The round coordinate of the request's published state (0x01A)."""
         live = self._entry(request_id)
-        return coordinate_document(live.config, live.current, live.target_config_digest)
+        return round_coordinate(live.config, live.current, live.target_config_digest)
 
     def coordinate_digest(self, request_id: str) -> str:
         """Digest of the current round coordinate; a proposal must carry it (else StaleCoordinateError)."""
@@ -410,7 +410,7 @@ class RoundController:
             )
         try:
             declared = ProcessorChain.from_spec(spec, vocab_size=chain.vocab_size, softmax=chain.softmax)
-            canonical_bytes(dict(coordinate or {}))
+            static = static_coordinate(coordinate, chain.vocab_size)
             return RequestConfig(
                 request_id=request_id if request_id is not None else uuid.uuid4().hex,
                 prompt_ids=prompt,
@@ -419,7 +419,7 @@ class RoundController:
                 layout=layout,
                 processors=declared.to_spec(),
                 vocab_size=chain.vocab_size,
-                coordinate=dict(coordinate or {}),
+                coordinate=static,
                 softmax=chain.softmax.value,
                 prompt_advances_processors=prompt_advances_processors,
             )
@@ -941,7 +941,7 @@ class Step:
         assert successor is not None
         rnd.phase = next_phase(rnd.phase, Trigger.PUBLISH)
         live.in_flight = False
-        if status is PublishStatus.PUBLISHED and successor.state.generation > live.current.state.generation:
+        if successor.state.generation > live.current.state.generation:  # published now or before
             live.last = _LastRound(rnd.start, rnd.coordinate_digest, rnd.round_id)
             live.current = successor
             live.coordinate_digest = None
