@@ -263,3 +263,28 @@ def test_rows_are_normalised_and_keep_dtype() -> None:
         sums = rows.to(torch.float64).sum(-1)
         assert bool(((sums - 1).abs() <= V * torch.finfo(dtype).eps).all())
     assert chain.rows_along(torch.zeros(0, V), []).shape == (0, V)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_chain_on_cuda_matches_cpu() -> None:
+    chain = sampling_chain(
+        V,
+        temperature=0.7,
+        top_k=8,
+        top_p=0.9,
+        min_p=0.01,
+        repetition_penalty=1.3,
+        frequency_penalty=0.2,
+        presence_penalty=0.1,
+        logit_bias={1: 0.5},
+        stop_sequences=[[2]],
+        grammar=cyclic_grammar(),
+    )
+    logits = torch.randn(4, V, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    path = admissible_path(chain, random.Random(4), 3)
+    cpu = chain.rows_along(logits, path)
+    gpu = chain.rows_along(logits.cuda(), path)
+    assert gpu.device.type == "cuda" and gpu.dtype == torch.float64
+    # Same masks; float64 exp on the two devices differs by a few ulp, normalised over V = 12 terms.
+    assert torch.equal(gpu.cpu() > 0, cpu > 0)
+    torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-12, atol=1e-15)
