@@ -75,6 +75,7 @@ from specround.statemachine.events import (
 from specround.statemachine.faults import FaultPlan, FaultPoint
 from specround.statemachine.lifecycle import RoundPhase, Trigger, build_lifecycle_machine, next_phase
 from specround.statemachine.ports import EventLog, PublishOutcome, PublishStatus, RoundPublication
+from specround.statemachine.records import assemble
 from specround.statemachine.replay import replay_request
 from specround.statemachine.rounds import (
     KvInstruction,
@@ -823,10 +824,13 @@ class Step:
         controller._fault(FaultPoint.AFTER_KV_STAGING, rnd)
         # Output, processors (INV-4), RNG counters (INV-3), generation; validated by token identity (INV-1).
         before = s0.rng
-        rng_after = RngCounters.model_construct(
-            proposal=before.proposal + rnd.proposal_draws,
-            accept=before.accept + decided.accept_draws,
-            terminal=before.terminal + decided.terminal_draws,
+        rng_after = assemble(
+            RngCounters,
+            dict(
+                proposal=before.proposal + rnd.proposal_draws,
+                accept=before.accept + decided.accept_draws,
+                terminal=before.terminal + decided.terminal_draws,
+            ),
         )
         successor = stage_successor(
             start,
@@ -839,24 +843,27 @@ class Step:
         rnd.successor = successor
         controller._fault(FaultPoint.AFTER_OUTPUT_STAGING, rnd)
         config = rnd.live.config
-        commit = SpeculativeCommit.model_construct(
-            request_id=rnd.request_id,
-            round_id=rnd.round_id,
-            expected_generation=s0.generation,
-            layout=config.layout,
-            accepted_draft_count=decided.accepted,
-            terminal_kind=decided.terminal,
-            emitted_token_ids=decided.emitted_ids,
-            committed_kv_token_ids=kv.committed_token_ids,
-            discarded_kv_token_ids=kv.discarded_token_ids,
-            rng_before=before.as_tuple(),
-            rng_after=rng_after.as_tuple(),
-            processor_before_hash=s0.processors_digest,
-            processor_after_hash=successor.state.processors_digest,
-            finished=decided.finished,
-            finish_reason=decided.finish_reason,
-            coordinate_digest=rnd.coordinate_digest,
-            successor_digest=successor.digest,
+        commit = assemble(
+            SpeculativeCommit,
+            dict(
+                request_id=rnd.request_id,
+                round_id=rnd.round_id,
+                expected_generation=s0.generation,
+                layout=config.layout,
+                accepted_draft_count=decided.accepted,
+                terminal_kind=decided.terminal,
+                emitted_token_ids=decided.emitted_ids,
+                committed_kv_token_ids=kv.committed_token_ids,
+                discarded_kv_token_ids=kv.discarded_token_ids,
+                rng_before=before.as_tuple(),
+                rng_after=rng_after.as_tuple(),
+                processor_before_hash=s0.processors_digest,
+                processor_after_hash=successor.state.processors_digest,
+                finished=decided.finished,
+                finish_reason=decided.finish_reason,
+                coordinate_digest=rnd.coordinate_digest,
+                successor_digest=successor.digest,
+            ),
         )
         commit_digest = commit.digest()
         rnd.commit = commit
@@ -871,42 +878,54 @@ class Step:
             commit_digest=commit_digest,
             successor_digest=successor.digest,
             finished=decided.finished,
-            ready=RoundReady.model_construct(
-                request_id=request_id,
-                round_id=round_id,
-                expected_generation=s0.generation,
-                coordinate_digest=rnd.coordinate_digest,
-                draft_ids=rnd.draft_ids,
-                q_draft=rnd.q_draft,
-                proposal_before=before.proposal,
-                proposal_after=rng_after.proposal,
-                q_rows_digest=q_digest,
+            ready=assemble(
+                RoundReady,
+                dict(
+                    request_id=request_id,
+                    round_id=round_id,
+                    expected_generation=s0.generation,
+                    coordinate_digest=rnd.coordinate_digest,
+                    draft_ids=rnd.draft_ids,
+                    q_draft=rnd.q_draft,
+                    proposal_before=before.proposal,
+                    proposal_after=rng_after.proposal,
+                    q_rows_digest=q_digest,
+                ),
             ),
-            verified=RoundVerified.model_construct(
-                request_id=request_id,
-                round_id=round_id,
-                p_draft=rnd.p_draft,
-                verify_rows=rnd.verify_rows,
-                p_rows_digest=p_digest,
+            verified=assemble(
+                RoundVerified,
+                dict(
+                    request_id=request_id,
+                    round_id=round_id,
+                    p_draft=rnd.p_draft,
+                    verify_rows=rnd.verify_rows,
+                    p_rows_digest=p_digest,
+                ),
             ),
             decided=decided,
-            staged=RoundStaged.model_construct(
-                request_id=request_id,
-                round_id=round_id,
-                committed_kv_ids=kv.committed_token_ids,
-                discarded_kv_ids=kv.discarded_token_ids,
-                processor_before=s0.processors_digest,
-                processor_after=successor.state.processors_digest,
-                rng_before=before.as_tuple(),
-                rng_after=rng_after.as_tuple(),
-                successor_digest=successor.digest,
+            staged=assemble(
+                RoundStaged,
+                dict(
+                    request_id=request_id,
+                    round_id=round_id,
+                    committed_kv_ids=kv.committed_token_ids,
+                    discarded_kv_ids=kv.discarded_token_ids,
+                    processor_before=s0.processors_digest,
+                    processor_after=successor.state.processors_digest,
+                    rng_before=before.as_tuple(),
+                    rng_after=rng_after.as_tuple(),
+                    successor_digest=successor.digest,
+                ),
             ),
-            published=RoundPublished.model_construct(
-                request_id=request_id,
-                round_id=round_id,
-                generation=s0.generation + 1,
-                commit_digest=commit_digest,
-                timings=rnd.timings,
+            published=assemble(
+                RoundPublished,
+                dict(
+                    request_id=request_id,
+                    round_id=round_id,
+                    generation=s0.generation + 1,
+                    commit_digest=commit_digest,
+                    timings=rnd.timings,
+                ),
             ),
         )
 
@@ -1082,27 +1101,30 @@ def _record_decisions(group: Sequence[_Round], batch: SamplerBatch, decision: Sa
         rnd.p_draft = tuple(p_draft[b][:k])
         rnd.q_draft = tuple(q_draft[b][:k])
         state = rnd.start.state
-        rnd.decided = RoundDecided.model_construct(
-            request_id=rnd.request_id,
-            round_id=rnd.round_id,
-            accepted=accepted[b],
-            terminal=kind,
-            emitted_ids=tuple(output_ids[b][:n_emitted]),
-            accept_counter=state.rng.accept,
-            accept_draws=draws,
-            accept_uniforms=tuple(accept_uniforms[b][:draws]),
-            terminal_counter=state.rng.terminal,
-            terminal_draws=terminal_draws[b],
-            terminal_uniform=terminal_uniform[b] if has_terminal else None,
-            terminal_row=terminal_row[b] if has_terminal else None,
-            residual_mass=_finite_or_none(residual_mass[b]) if has_terminal else None,
-            terminal_mass_before=_finite_or_none(mass_before[b]) if has_terminal else None,
-            terminal_token_mass=_finite_or_none(token_mass[b]) if has_terminal else None,
-            terminal_p=terminal_p[b] if has_terminal else None,
-            terminal_q=terminal_q[b] if has_terminal else None,
-            degenerate_correction=bool(degenerate[b]),
-            finished=done,
-            finish_reason=reason,
+        rnd.decided = assemble(
+            RoundDecided,
+            dict(
+                request_id=rnd.request_id,
+                round_id=rnd.round_id,
+                accepted=accepted[b],
+                terminal=kind,
+                emitted_ids=tuple(output_ids[b][:n_emitted]),
+                accept_counter=state.rng.accept,
+                accept_draws=draws,
+                accept_uniforms=tuple(accept_uniforms[b][:draws]),
+                terminal_counter=state.rng.terminal,
+                terminal_draws=terminal_draws[b],
+                terminal_uniform=terminal_uniform[b] if has_terminal else None,
+                terminal_row=terminal_row[b] if has_terminal else None,
+                residual_mass=_finite_or_none(residual_mass[b]) if has_terminal else None,
+                terminal_mass_before=_finite_or_none(mass_before[b]) if has_terminal else None,
+                terminal_token_mass=_finite_or_none(token_mass[b]) if has_terminal else None,
+                terminal_p=terminal_p[b] if has_terminal else None,
+                terminal_q=terminal_q[b] if has_terminal else None,
+                degenerate_correction=bool(degenerate[b]),
+                finished=done,
+                finish_reason=reason,
+            ),
         )
 
 

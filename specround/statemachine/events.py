@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from specround.errors import LogIntegrityError, SchemaVersionError
+from specround.statemachine.records import register_record
 from specround.statemachine.state import FinishReason, RequestConfig, TerminalName
 
 __all__ = [
@@ -168,6 +169,9 @@ UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
 """``(kind, version) -> function`` turning a payload of that version into the next version's payload."""
 
 _EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+for _record in (RoundReady, RoundVerified, RoundDecided, RoundStaged, RoundPublished, RoundTimings):
+    register_record(_record)
 
 
 def parse_event(payload: dict[str, Any]) -> Event:

@@ -25,6 +25,7 @@ from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
 from specround.errors import LogIntegrityError, SpecroundError
 from specround.statemachine.events import EVENT_SCHEMA_VERSION, ROUND_EVENT_KINDS, RequestOpened, parse_event
 from specround.statemachine.ports import EventLog, StoredEvent
+from specround.statemachine.records import assemble
 from specround.statemachine.staging import RequestSnapshot, open_snapshot, stage_kv, stage_successor
 from specround.statemachine.state import RequestConfig, RequestState, RngCounters, SpeculativeCommit
 
@@ -72,9 +73,9 @@ class _Fold:
         self.previous: RequestSnapshot | None = None
         self.last_round_id: str | None = None
         self.last_coordinate: str | None = None
-        payload = self._accept(first)
         if first.kind != _OPENED:
             raise self._error(first, f"the first event is {first.kind!r}, not {_OPENED!r}")
+        payload = self._accept(first)
         try:
             opened = parse_event(payload)
         except SpecroundError as exc:
@@ -226,24 +227,27 @@ class _Fold:
                 f"publishes generation {published['generation']}, expected {s0.generation + 1} (INV-6)"
             )
         assert self.round_id is not None
-        commit = SpeculativeCommit.model_construct(
-            request_id=self.request_id,
-            round_id=self.round_id,
-            expected_generation=s0.generation,
-            layout=self.config.layout,
-            accepted_draft_count=accepted,
-            terminal_kind=terminal,
-            emitted_token_ids=emitted,
-            committed_kv_token_ids=kv.committed_token_ids,
-            discarded_kv_token_ids=kv.discarded_token_ids,
-            rng_before=rng.as_tuple(),
-            rng_after=rng_after.as_tuple(),
-            processor_before_hash=s0.processors_digest,
-            processor_after_hash=successor.state.processors_digest,
-            finished=finished,
-            finish_reason=reason,
-            coordinate_digest=ready["coordinate_digest"],
-            successor_digest=successor.digest,
+        commit = assemble(
+            SpeculativeCommit,
+            dict(
+                request_id=self.request_id,
+                round_id=self.round_id,
+                expected_generation=s0.generation,
+                layout=self.config.layout,
+                accepted_draft_count=accepted,
+                terminal_kind=terminal,
+                emitted_token_ids=emitted,
+                committed_kv_token_ids=kv.committed_token_ids,
+                discarded_kv_token_ids=kv.discarded_token_ids,
+                rng_before=rng.as_tuple(),
+                rng_after=rng_after.as_tuple(),
+                processor_before_hash=s0.processors_digest,
+                processor_after_hash=successor.state.processors_digest,
+                finished=finished,
+                finish_reason=reason,
+                coordinate_digest=ready["coordinate_digest"],
+                successor_digest=successor.digest,
+            ),
         )
         if published["commit_digest"] != commit.digest():
             raise fail("the commit digest does not match the round's events")

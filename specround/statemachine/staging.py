@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from specround.errors import InvalidProcessorError, InvalidRequestError, StagingValidationError
 from specround.sampling.processors.chain import ProcessorChain
+from specround.statemachine.records import assemble
 from specround.statemachine.state import (
     TOKEN_FOLD_SEED,
     FinishReason,
@@ -182,19 +183,22 @@ def stage_successor(
         processors, processors_digest = chain.to_spec(), chain.digest()
     output = s0.output + emitted
     cache = s0.cache + committed
-    state = RequestState.model_construct(
-        request_id=s0.request_id,
-        output=output,
-        prompt_len=s0.prompt_len,
-        cache=cache,
-        frontier=output[-1],
-        position=len(cache),
-        processors=processors,
-        processors_digest=processors_digest,
-        rng=rng_after,
-        generation=s0.generation + 1,
-        finished=finished,
-        finish_reason=finish_reason,
+    state = assemble(
+        RequestState,
+        dict(
+            request_id=s0.request_id,
+            output=output,
+            prompt_len=s0.prompt_len,
+            cache=cache,
+            frontier=output[-1],
+            position=len(cache),
+            processors=processors,
+            processors_digest=processors_digest,
+            rng=rng_after,
+            generation=s0.generation + 1,
+            finished=finished,
+            finish_reason=finish_reason,
+        ),
     )
     output_fold = fold_tokens(start.output_fold, emitted)
     cache_fold = fold_tokens(start.cache_fold, committed)

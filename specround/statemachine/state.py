@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specround.canonical import digest
 from specround.sampling.types import Layout
+from specround.statemachine.records import record_digest, register_record
 
 __all__ = [
     "TOKEN_FOLD_SEED",
@@ -181,4 +182,8 @@ class SpeculativeCommit(BaseModel):
 
     def digest(self) -> str:
         """Canonical digest: two publications are "the same transaction" iff their digests agree."""
-        return digest(self)
+        return record_digest(self)
+
+
+for _record in (RngCounters, RequestState, SpeculativeCommit):
+    register_record(_record)
