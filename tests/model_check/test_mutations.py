@@ -1,0 +1,49 @@
+"""Mutation smoke tests: every wrong decision function (a wrapper of the real one) fails the oracle."""
+
+from __future__ import annotations
+
+import pytest
+
+from specround.model_check.enumeration import FixtureEnumeration, enumerate_fixtures
+from specround.model_check.fixtures import named_fixtures, random_fixtures
+from specround.model_check.mutations import MUTATIONS
+from specround.model_check.results import single_threaded
+from specround.model_check.tables import FixtureTables, build_tables
+
+# The check each mutation must trip besides the joint (the one that names the failure class).
+NAMED_CHECK = {
+    "correction from p": "correction = normalised max(p - q, 0)",
+    "bonus from q": "bonus = p_{K+1}",
+    "continue after rejection": "unreached uniforms and interval ends leave the outcome unchanged",
+    "shifted p row": "acceptance = min(1, p/q)",
+    "stops ignored": "INV-2 progress = min(A + 1, H)",
+}
+
+
+@pytest.fixture(scope="module")
+def tables() -> list[FixtureTables]:
+    with single_threaded():
+        return [build_tables(f) for f in named_fixtures() + random_fixtures(20, seed=11)]
+
+
+def _failed(results: list[FixtureEnumeration], check: str) -> list[str]:
+    return [r.name for r in results for c in r.checks if c.check == check and not c.passed]
+
+
+def test_every_mutation_is_named() -> None:
+    assert set(NAMED_CHECK) == set(MUTATIONS)
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_mutation_breaks_the_joint(mutation: str, tables: list[FixtureTables]) -> None:
+    with single_threaded():
+        results = enumerate_fixtures(tables, MUTATIONS[mutation])
+    assert _failed(results, "speculative joint = target joint"), f"{mutation} went unnoticed"
+    assert _failed(results, NAMED_CHECK[mutation]), f"{mutation} did not trip {NAMED_CHECK[mutation]!r}"
+
+
+def test_stop_mutation_is_caught_on_the_stop_fixture(tables: list[FixtureTables]) -> None:
+    stop_fixture = [t for t in tables if t.fixture.name == "stops and budget"]
+    with single_threaded():
+        results = enumerate_fixtures(stop_fixture, MUTATIONS["stops ignored"])
+    assert results[0].joint_error > 1e-3
