@@ -83,6 +83,34 @@ def db_current(
         raise typer.Exit(1)
 
 
+@bench_app.command("sampler")
+def bench_sampler(
+    repeats: int = typer.Option(21, min=1, help="Timed repetitions per case (the median is reported)."),
+    batch_sizes: str = typer.Option("1,8,64", help="Comma-separated batch sizes B."),
+    draft_len: int = typer.Option(4, min=0, help="Draft length K."),
+    vocab: int = typer.Option(49_152, min=1, help="Vocabulary size V."),
+    warmup: int = typer.Option(3, min=0, help="Untimed repetitions before timing."),
+    seed: int = typer.Option(0, help="Seed of the generated inputs."),
+    as_json: bool = typer.Option(True, "--json", help="Print JSON (the only output format)."),
+) -> None:
+    """Time the exact sampler against the minimum it must read and a full pass, in one run."""
+    from specround.bench.sampler import run_sampler_bench
+
+    del as_json
+    try:
+        sizes = [int(part) for part in batch_sizes.split(",") if part.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter(
+            f"not a list of integers: {batch_sizes!r}", param_hint="--batch-sizes"
+        ) from exc
+    if not sizes or min(sizes) < 1:
+        raise typer.BadParameter("batch sizes must be >= 1", param_hint="--batch-sizes")
+    report = run_sampler_bench(
+        sizes, draft_len=draft_len, vocab=vocab, repeats=repeats, warmup=warmup, seed=seed
+    )
+    typer.echo(report.model_dump_json(indent=2))
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

@@ -17,9 +17,10 @@ For request ``b`` with draft length ``k = draft_lens[b] <= K`` and budget ``R = 
    With ``k = 0`` the round is plain target sampling from ``p_1``.
 
 Degenerate cases (0x03D): ``q_i(d_i) = 0`` for a drafted token is refused
-(:class:`~specround.errors.ZeroProposalProbabilityError`); residual entries are clamped at zero (which also
-removes tiny negative rounding residue) and summed in float64. A rejection is only possible when
-``p(d) < q(d)``, so for normalised rows the residual mass ``Z`` is at least ``q(d) - p(d) > 0``. When a
+(:class:`~specround.errors.ZeroProposalProbabilityError`); the residual ``p - q`` is taken in the rows' dtype,
+its negative entries (tiny negative rounding residue included) are clamped to zero, and it is summed in
+float64 (:func:`terminal_mass`). A rejection is only possible when ``p(d) < q(d)``, so for normalised rows
+the residual mass ``Z`` is at least ``q(d) - p(d) > 0``. When a
 rejection nevertheless meets ``Z <= degenerate_residual_tolerance(dtype)`` (16 units of roundoff of the rows'
 dtype), ``p`` and ``q`` are equal up to rounding, the correction branch is mathematically unreachable and
 the rejection is a floating-point artefact: the correction is then drawn from the target row ``p_{A+1}``
@@ -130,18 +131,19 @@ def accepts(uniforms: torch.Tensor, p_draft: torch.Tensor, q_draft: torch.Tensor
 def terminal_mass(
     p_rows: torch.Tensor, q_rows: torch.Tensor | None, correction: torch.Tensor
 ) -> torch.Tensor:
-    """Unnormalised float64 mass the terminal token is drawn from, per row.
+    """Unnormalised float64 mass the terminal token is drawn from, per row (0x03C, 0x03D).
 
     ``p_rows`` [N, C] and ``q_rows`` [N, C] (``None`` when no row is a correction) hold the same columns of
-    the terminal rows; ``correction`` [N] bool selects the residual ``max(p - q, 0)``, otherwise the row is
-    ``p`` itself (a bonus, or a degenerate correction). The difference is taken in float64 (exact for
-    float32 inputs) and negative entries are clamped to zero. Returns [N, C] float64.
+    the terminal rows, in one dtype; ``correction`` [N] bool selects the residual ``max(p - q, 0)``,
+    otherwise the row is ``p`` itself (a bonus, or a degenerate correction). The difference is taken in
+    the rows' dtype (correctly rounded; exact whenever ``q/2 <= p <= 2q``), negative entries -- including
+    tiny negative rounding residue -- are clamped to zero, and the result is widened to float64 for
+    summation. Returns [N, C] float64; the sampler computes exactly these values.
     """
-    p64 = p_rows.to(_F64)  # [N, C]
     if q_rows is None:
-        return p64.clamp_min(0.0)
-    diff = torch.where(correction[:, None], p64 - q_rows.to(_F64), p64)  # [N, C]
-    return diff.clamp_min(0.0)
+        return p_rows.clamp_min(0.0).to(_F64)
+    diff = torch.where(correction[:, None], p_rows - q_rows, p_rows)  # [N, C]
+    return diff.clamp_min(0.0).to(_F64)
 
 
 def _last_true(mask: torch.Tensor) -> torch.Tensor:
@@ -272,46 +274,71 @@ def _chunk_columns(n_rows: int, vocab: int, device: torch.device) -> int:
 
 @dataclass(frozen=True, slots=True)
 class _TerminalRows:
-    """Where the terminal rows of the requests that draw a terminal token live in ``p`` and ``q``."""
+    """The terminal rows of the requests that draw a terminal token, corrections first.
+
+    Rows are addressed in the flattened ``p`` [B * (K+1), V] and ``q`` [B * K, V]; the first ``C`` rows are
+    corrections (their residual needs ``q``), the rest draw from ``p`` alone (bonus or degenerate).
+    """
 
     batch_rows: torch.Tensor
-    """[N] int64 request index b."""
-    p_rows: torch.Tensor
-    """[N] int64 row of p (A)."""
-    q_rows: torch.Tensor | None
-    """[N] int64 row of q (A, clamped to K - 1 for bonus rows, whose q row is never used); None when no
-    row is a correction."""
-    correction: torch.Tensor
-    """[N] bool: draw from the residual (else from p)."""
+    """[N] int64 request index b of each terminal row."""
+    p_index: torch.Tensor
+    """[N] int64 flat row of p: ``b * (K + 1) + A``."""
+    q_index: torch.Tensor
+    """[C] int64 flat row of q of the first C rows: ``b * K + A``."""
+
+    @property
+    def n_correction(self) -> int:
+        """C, the number of leading rows drawn from the residual."""
+        return int(self.q_index.shape[0])
+
+    def reordered(self, order: torch.Tensor, n_correction: int) -> _TerminalRows:
+        """The rows in ``order``, of which the first ``n_correction`` (still corrections) keep their q row."""
+        kept = order[:n_correction]
+        return _TerminalRows(self.batch_rows[order], self.p_index[order], self.q_index[kept])
+
+
+def _terminal_mass_(p_part: torch.Tensor, q_part: torch.Tensor) -> torch.Tensor:
+    """Float64 terminal mass of rows ``p_part`` [N, C] whose first ``len(q_part)`` rows are corrections.
+
+    Overwrites ``p_part`` (a fresh copy made by the caller) with ``max(p - q, 0)`` in the corrections' rows.
+    Bit-identical to :func:`terminal_mass` on the same rows; bonus rows are ``p`` itself (validated
+    non-negative before it is used).
+    """
+    n_correction = q_part.shape[0]
+    if n_correction:
+        p_part[:n_correction].sub_(q_part).clamp_min_(0.0)
+    return p_part.to(_F64)  # [N, C]
 
 
 def _block_sums_pass(
-    p: torch.Tensor, q: torch.Tensor, rows: _TerminalRows, *, with_stats: bool
+    p_flat: torch.Tensor, q_flat: torch.Tensor, rows: _TerminalRows, *, with_stats: bool
 ) -> tuple[torch.Tensor, RowStatistics | None, RowStatistics | None]:
     """One chunked pass over the terminal rows: float64 block sums of the terminal mass, and row statistics.
 
-    Returns block sums [N, nB], and (when ``with_stats``) sum/minimum of the p rows and of the q rows.
+    Returns block sums [N, nB], and (when ``with_stats``) sum/minimum of the N p rows and of the C q rows.
     """
-    n_rows, vocab = rows.batch_rows.shape[0], p.shape[2]
+    n_rows, vocab = rows.p_index.shape[0], p_flat.shape[1]
+    n_correction = rows.n_correction
+    device, dtype = p_flat.device, p_flat.dtype
     width = block_width(vocab)
-    n_blocks = -(-vocab // width)
-    sums = torch.empty(n_rows, n_blocks, dtype=_F64, device=p.device)  # [N, nB]
-    p_total = torch.zeros(n_rows, dtype=_F64, device=p.device)
-    q_total = torch.zeros(n_rows, dtype=_F64, device=p.device)
-    p_min = torch.full((n_rows,), float("inf"), dtype=p.dtype, device=p.device)
-    q_min = torch.full((n_rows,), float("inf"), dtype=p.dtype, device=p.device)
-    step = _chunk_columns(n_rows, vocab, p.device)
+    sums = torch.empty(n_rows, -(-vocab // width), dtype=_F64, device=device)  # [N, nB]
+    p_total = torch.zeros(n_rows, dtype=_F64, device=device)
+    q_total = torch.zeros(n_correction, dtype=_F64, device=device)
+    p_min = torch.full((n_rows,), float("inf"), dtype=dtype, device=device)
+    q_min = torch.full((n_correction,), float("inf"), dtype=dtype, device=device)
+    step = _chunk_columns(n_rows, vocab, device)
     for start in range(0, vocab, step):  # vocabulary chunks, not batch rows
         stop = min(start + step, vocab)
-        p_part = p[rows.batch_rows, rows.p_rows, start:stop]  # [N, C]
-        q_part = None if rows.q_rows is None else q[rows.batch_rows, rows.q_rows, start:stop]  # [N, C]
+        p_part = p_flat[:, start:stop].index_select(0, rows.p_index)  # [N, C]
+        q_part = q_flat[:, start:stop].index_select(0, rows.q_index)  # [C', C]
         if with_stats:
             p_total += p_part.sum(1)
             p_min = torch.minimum(p_min, p_part.amin(1))
-            if q_part is not None:
+            if n_correction:
                 q_total += q_part.sum(1)
                 q_min = torch.minimum(q_min, q_part.amin(1))
-        mass = _pad_to_blocks(terminal_mass(p_part, q_part, rows.correction), width)  # [N, C']
+        mass = _pad_to_blocks(_terminal_mass_(p_part, q_part), width)  # [N, C''] (p_part overwritten)
         first = start // width
         sums[:, first : first + mass.shape[1] // width] = mass.view(n_rows, -1, width).sum(-1)
     if not with_stats:
@@ -320,75 +347,94 @@ def _block_sums_pass(
 
 
 def _block_reader(
-    p: torch.Tensor, q: torch.Tensor, rows: _TerminalRows
+    p_flat: torch.Tensor, q_flat: torch.Tensor, rows: _TerminalRows
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """``block [N] -> [N, BS]`` float64 terminal mass of that block of each terminal row (zero past V)."""
-    vocab = p.shape[2]
+    vocab = p_flat.shape[1]
     width = block_width(vocab)
-    columns = torch.arange(width, device=p.device)  # [BS]
+    columns = torch.arange(width, device=p_flat.device)  # [BS]
 
     def read(block: torch.Tensor) -> torch.Tensor:
         cols = block[:, None] * width + columns[None, :]  # [N, BS]
         safe = cols.clamp(max=vocab - 1)
-        b_idx, p_idx = rows.batch_rows[:, None], rows.p_rows[:, None]
-        p_vals = p[b_idx, p_idx, safe]  # [N, BS]
-        q_vals = None if rows.q_rows is None else q[b_idx, rows.q_rows[:, None], safe]  # [N, BS]
-        mass = terminal_mass(p_vals, q_vals, rows.correction)  # [N, BS]
-        return mass.masked_fill(cols >= vocab, 0.0)
+        p_vals = p_flat[rows.p_index[:, None], safe]  # [N, BS]
+        q_vals = q_flat[rows.q_index[:, None], safe[: rows.n_correction]]  # [C, BS]
+        return _terminal_mass_(p_vals, q_vals).masked_fill_(cols >= vocab, 0.0)
 
     return read
 
 
-def _draw_terminal(
-    batch: SamplerBatch,
-    rows: _TerminalRows,
-    u: torch.Tensor,
-    mode: ValidationMode,
-) -> tuple[InverseCdfDraw, torch.Tensor]:
-    """Check (read mode) and draw the terminal tokens of ``rows``; returns the draw and [N] degenerate flags.
+def _check_terminal_rows(
+    batch: SamplerBatch, rows: _TerminalRows, p_stats: RowStatistics, q_stats: RowStatistics
+) -> None:
+    """Read-mode checks of the terminal rows (p rows, and q rows of corrections).
 
-    A degenerate correction (residual mass at or below the tolerance) is redrawn from its target row.
+    Each must be finite, non-negative and normalised; raises like :func:`check_row_statistics`.
     """
-    p, q = batch.p, batch.q
-    vocab = p.shape[2]
-    sums, p_stats, q_stats = _block_sums_pass(p, q, rows, with_stats=mode == "read")
-    if p_stats is not None and q_stats is not None:
+    vocab = batch.p.shape[2]
+    p_rows_per_request = batch.p.shape[1]
+    q_rows_per_request = max(batch.q.shape[1], 1)
 
-        def describe(kind: str) -> Callable[[tuple[int, ...]], str]:
-            def text(index: tuple[int, ...]) -> str:
-                (i,) = index
-                return f"{kind} row {int(rows.p_rows[i])} of request {int(rows.batch_rows[i])} (terminal row)"
+    def describe(kind: str, flat: torch.Tensor, per_request: int) -> Callable[[tuple[int, ...]], str]:
+        def text(index: tuple[int, ...]) -> str:
+            b, row = divmod(int(flat[index[0]]), per_request)
+            return f"{kind} row {row} of request {b} (a terminal row)"
 
-            return text
+        return text
 
-        def read_p(index: tuple[int, ...]) -> torch.Tensor:
-            (i,) = index
-            return p[rows.batch_rows[i], rows.p_rows[i]]
+    def reader(source: torch.Tensor, flat: torch.Tensor) -> Callable[[tuple[int, ...]], torch.Tensor]:
+        rows_2d = source.reshape(-1, vocab)
+        return lambda index: rows_2d[int(flat[index[0]])]
 
-        def read_q(index: tuple[int, ...]) -> torch.Tensor:
-            (i,) = index
-            assert rows.q_rows is not None
-            return q[rows.batch_rows[i], rows.q_rows[i]]
-
-        all_rows = torch.ones_like(rows.correction)
+    checks = (
+        (p_stats, batch.p, rows.p_index, p_rows_per_request, "p"),
+        (q_stats, batch.q, rows.q_index, q_rows_per_request, "q"),
+    )
+    for stats, source, flat, per_request, kind in checks:
         check_row_statistics(
-            p_stats, all_rows, dtype=p.dtype, vocab_size=vocab, describe=describe("p"), rows=read_p
+            stats,
+            torch.ones(flat.shape, dtype=torch.bool, device=flat.device),
+            dtype=source.dtype,
+            vocab_size=vocab,
+            describe=describe(kind, flat, per_request),
+            rows=reader(source, flat),
         )
-        if rows.q_rows is not None:
-            check_row_statistics(
-                q_stats, rows.correction, dtype=p.dtype, vocab_size=vocab, describe=describe("q"), rows=read_q
-            )
 
-    residual_total = sums.cumsum(1)[:, -1]  # [N], summed as the search sums it
-    degenerate = rows.correction & (residual_total <= degenerate_residual_tolerance(p.dtype))  # [N]
-    if bool(degenerate.any()):
-        rows = _TerminalRows(rows.batch_rows, rows.p_rows, rows.q_rows, rows.correction & ~degenerate)
-        redo = degenerate.nonzero().squeeze(1)  # [n']
-        target_only = _TerminalRows(
-            rows.batch_rows[redo], rows.p_rows[redo], None, torch.zeros_like(redo, dtype=torch.bool)
+
+def _draw_terminal(
+    batch: SamplerBatch, rows: _TerminalRows, u: torch.Tensor, mode: ValidationMode
+) -> tuple[_TerminalRows, InverseCdfDraw, torch.Tensor]:
+    """Check (read mode) and draw the terminal tokens of ``rows`` with TERMINAL uniforms ``u`` [B].
+
+    Returns the rows in the order of the draw (a degenerate correction -- residual mass at or below the
+    tolerance -- is moved behind the corrections and redrawn from its target row), the draw, and [N] flags
+    marking the degenerate corrections.
+    """
+    vocab = batch.p.shape[2]
+    p_flat = batch.p.reshape(-1, vocab)  # [B * (K+1), V], a view for contiguous p
+    q_flat = batch.q.reshape(-1, vocab)  # [B * K, V]
+    sums, p_stats, q_stats = _block_sums_pass(p_flat, q_flat, rows, with_stats=mode == "read")
+    if p_stats is not None and q_stats is not None:
+        _check_terminal_rows(batch, rows, p_stats, q_stats)
+
+    n_rows, n_correction = rows.p_index.shape[0], rows.n_correction
+    degenerate = torch.zeros(n_rows, dtype=torch.bool, device=sums.device)
+    residual_total = sums[:n_correction].cumsum(1)[:, -1]  # [C], summed as the search sums it
+    stale = residual_total <= degenerate_residual_tolerance(batch.p.dtype)  # [C]
+    if n_correction and bool(stale.any()):
+        positions = torch.arange(n_rows, device=sums.device)
+        order = torch.cat(
+            [positions[:n_correction][~stale], positions[:n_correction][stale], positions[n_correction:]]
         )
-        sums[redo] = _block_sums_pass(p, q, target_only, with_stats=False)[0]
-    return _search(sums, u, _block_reader(p, q, rows)), degenerate
+        kept = n_correction - int(stale.sum())
+        rows = rows.reordered(order, kept)
+        sums = sums[order]
+        redo = torch.arange(kept, n_correction, device=sums.device)
+        target_only = _TerminalRows(rows.batch_rows[redo], rows.p_index[redo], rows.q_index[:0])
+        sums[redo] = _block_sums_pass(p_flat, q_flat, target_only, with_stats=False)[0]
+        degenerate[redo] = True
+    draw = _search(sums, u[rows.batch_rows], _block_reader(p_flat, q_flat, rows))
+    return rows, draw, degenerate
 
 
 def _stop_rows(stop_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -505,21 +551,21 @@ def _decide(
     degenerate = torch.zeros(n_batch, dtype=torch.bool, device=device)
     drawing = needs_terminal.nonzero().squeeze(1)  # [N]
     if drawing.numel() > 0:
+        is_correction = n_accepted[drawing] < lens[drawing]  # [N]
+        drawing = drawing[torch.argsort((~is_correction).to(torch.int8), stable=True)]  # corrections first
+        n_correction = int(is_correction.sum())
         a_rows = n_accepted[drawing]  # [N]
-        correction = a_rows < lens[drawing]  # [N]
-        has_correction = k_max > 0 and bool(correction.any())
         rows = _TerminalRows(
             batch_rows=drawing,
-            p_rows=a_rows,
-            q_rows=a_rows.clamp(max=k_max - 1) if has_correction else None,
-            correction=correction,
+            p_index=drawing * (k_max + 1) + a_rows,
+            q_index=drawing[:n_correction] * k_max + a_rows[:n_correction],
         )
-        draw, degenerate_rows = _draw_terminal(batch, rows, terminal_uniforms[drawing], mode)
-        terminal_tokens[drawing] = draw.tokens
-        residual_mass[drawing] = draw.total
-        mass_before[drawing] = draw.mass_before
-        token_mass[drawing] = draw.token_mass
-        degenerate[drawing] = degenerate_rows
+        rows, draw, degenerate_rows = _draw_terminal(batch, rows, terminal_uniforms, mode)
+        terminal_tokens[rows.batch_rows] = draw.tokens
+        residual_mass[rows.batch_rows] = draw.total
+        mass_before[rows.batch_rows] = draw.mass_before
+        token_mass[rows.batch_rows] = draw.token_mass
+        degenerate[rows.batch_rows] = degenerate_rows
 
     # Finish rules for the terminal token at 1-based position A + 1.
     terminal_stop = needs_terminal & _in_stop_set(

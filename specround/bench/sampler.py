@@ -1,0 +1,224 @@
+"""``specround bench sampler``: the exact sampler against the memory it must read, in one run.
+
+For each batch size B (K drafts, vocabulary V, float32 rows on CPU) four operations are timed, interleaved
+repetition by repetition after warm-up repetitions, and summarised by their medians:
+
+``sampler``
+    :func:`~specround.sampling.exact.decide` with the default ``validate="read"``.
+``sampler_full``
+    The same with ``validate="full"`` (every row checked).
+``minimum_pass``
+    The physical minimum the sampler must read: the gathered ``p_i(d_i)``, ``q_i(d_i)`` plus one ``p`` row and
+    one ``q`` row per request (the terminal rows of the sampler's own decision), as a plain pass that sums
+    those rows with float64 accumulation -- the accumulation the exact sampler is required to use (0x03D).
+    ``minimum_read`` is the same pass with accumulation in the rows' own dtype, the cheapest plain read.
+``full_pass``
+    One pass over all of ``p`` and ``q`` (row sums, float64 accumulation).
+
+Inputs are realistic and seeded: target rows are a softmax of random logits, draft rows a softmax of the
+target logits plus noise, and drafts are sampled from the draft rows.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from specround.sampling.exact import decide
+from specround.sampling.types import SamplerBatch, TerminalKind
+
+__all__ = [
+    "SAMPLER_TARGET_RATIO",
+    "SamplerBenchCase",
+    "SamplerBenchReport",
+    "make_sampler_inputs",
+    "run_sampler_bench",
+]
+
+SAMPLER_TARGET_RATIO = 1.5
+"""Target: at the largest batch size the sampler takes at most this multiple of the minimum pass."""
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_OPERATIONS = ("sampler", "sampler_full", "minimum_pass", "minimum_read", "full_pass")
+
+
+class SamplerBenchCase(BaseModel):
+    """Medians (milliseconds) and ratios for one batch size."""
+
+    model_config = _FROZEN
+
+    batch_size: int
+    sampler_ms: float
+    sampler_full_ms: float
+    minimum_pass_ms: float
+    minimum_read_ms: float
+    full_pass_ms: float
+    sampler_over_minimum: float
+    sampler_full_over_minimum: float
+    sampler_over_minimum_read: float
+    sampler_over_full_pass: float
+    sampler_full_over_full_pass: float
+    minimum_over_full_pass: float
+    mean_accepted: float
+    """Mean accepted drafts per request in the benchmark's decision (how realistic the inputs are)."""
+    terminal_counts: dict[str, int]
+    """Requests ending in a correction, a bonus or a stop."""
+
+
+class SamplerBenchReport(BaseModel):
+    """The JSON printed by ``specround bench sampler``."""
+
+    model_config = _FROZEN
+
+    benchmark: str = "sampler"
+    device: str
+    dtype: str
+    draft_len: int
+    vocab: int
+    repeats: int
+    warmup: int
+    seed: int
+    torch_version: str
+    torch_threads: int
+    machine: str
+    target_ratio: float
+    """Target: ``sampler_over_minimum <= target_ratio`` at the largest batch size."""
+    meets_target: bool
+    cases: list[SamplerBenchCase]
+
+
+def make_sampler_inputs(
+    batch_size: int, draft_len: int, vocab: int, *, seed: int, dtype: torch.dtype = torch.float32
+) -> SamplerBatch:
+    """A seeded, realistic batch: softmax rows, drafts sampled from q, one stop token, a large budget."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = 3.0 * torch.randn(batch_size, draft_len + 1, vocab, generator=gen)  # [B, K+1, V]
+    noise = torch.randn(batch_size, draft_len, vocab, generator=gen)  # [B, K, V]
+    p = torch.softmax(logits, dim=-1).to(dtype)  # [B, K+1, V]
+    q = torch.softmax(logits[:, :draft_len] + noise, dim=-1).to(dtype)  # [B, K, V]
+    flat_q = q.reshape(batch_size * draft_len, vocab).to(torch.float64)
+    if draft_len > 0:
+        drafts = torch.multinomial(flat_q, 1, generator=gen).reshape(batch_size, draft_len)
+    else:
+        drafts = torch.zeros(batch_size, 0, dtype=torch.int64)
+    index = torch.arange(batch_size, dtype=torch.int64)
+    return SamplerBatch(
+        p=p,
+        q=q,
+        draft_ids=drafts,
+        draft_lens=torch.full((batch_size,), draft_len, dtype=torch.int64),
+        stop_ids=torch.zeros(batch_size, 1, dtype=torch.int64),
+        remaining=torch.full((batch_size,), 1 << 20, dtype=torch.int64),
+        seeds=index + seed * 1_000_003,
+        accept_counters=index * 7,
+        terminal_counters=index * 3,
+    )
+
+
+def _minimum_passes(
+    batch: SamplerBatch,
+) -> tuple[Callable[[], object], Callable[[], object], Callable[[], object]]:
+    """(minimum pass with float64 accumulation, minimum read in the rows' dtype, full pass) over ``batch``."""
+    p, q, ids = batch.p, batch.q, batch.draft_ids
+    n_batch, k_max = ids.shape
+    vocab = p.shape[2]
+    decision = decide(batch)
+    p_row = decision.terminal_row.clamp_min(0)  # [B] the row each request's terminal draw reads
+    q_row = p_row.clamp(max=max(k_max - 1, 0))  # [B]
+    p_flat = p.reshape(n_batch * (k_max + 1), vocab)
+    q_flat = q.reshape(n_batch * k_max, vocab)
+    batch_index = torch.arange(n_batch)
+    p_index = batch_index * (k_max + 1) + p_row  # [B]
+    q_index = batch_index * k_max + q_row  # [B]
+    gather_index = ids.clamp_min(0)[:, :, None]  # [B, K, 1]
+
+    def minimum(accumulate: torch.dtype | None) -> object:
+        p_at = p[:, :k_max].gather(2, gather_index).sum()  # [B, K] gathered p_i(d_i)
+        q_at = q.gather(2, gather_index).sum()  # [B, K] gathered q_i(d_i)
+        p_sum = p_flat.index_select(0, p_index).sum(-1, dtype=accumulate)  # [B]
+        q_sum = q_flat.index_select(0, q_index).sum(-1, dtype=accumulate) if k_max > 0 else p_sum  # [B]
+        return (p_at, q_at, p_sum, q_sum)
+
+    def full_pass() -> object:
+        return (p.sum(-1, dtype=torch.float64), q.sum(-1, dtype=torch.float64))
+
+    return (lambda: minimum(torch.float64)), (lambda: minimum(None)), full_pass
+
+
+def run_sampler_bench(
+    batch_sizes: Sequence[int] = (1, 8, 64),
+    *,
+    draft_len: int = 4,
+    vocab: int = 49_152,
+    repeats: int = 21,
+    warmup: int = 3,
+    seed: int = 0,
+) -> SamplerBenchReport:
+    """Time the sampler and its reference passes for each batch size, interleaved, in this process."""
+    if not batch_sizes or min(batch_sizes) < 1 or repeats < 1 or warmup < 0 or vocab < 1 or draft_len < 0:
+        raise ValueError("need batch sizes >= 1, repeats >= 1, warmup >= 0, vocab >= 1, draft_len >= 0")
+    operations: dict[tuple[int, str], Callable[[], object]] = {}
+    batches: dict[int, SamplerBatch] = {}
+    for size in batch_sizes:
+        batch = make_sampler_inputs(size, draft_len, vocab, seed=seed + size)
+        batches[size] = batch
+        minimum_pass, minimum_read, full_pass = _minimum_passes(batch)
+        operations[(size, "sampler")] = partial(decide, batch)
+        operations[(size, "sampler_full")] = partial(decide, batch, validate="full")
+        operations[(size, "minimum_pass")] = minimum_pass
+        operations[(size, "minimum_read")] = minimum_read
+        operations[(size, "full_pass")] = full_pass
+    samples: dict[tuple[int, str], list[float]] = {key: [] for key in operations}
+    for repetition in range(warmup + repeats):
+        for key, operation in operations.items():
+            start = time.perf_counter()
+            operation()
+            elapsed = time.perf_counter() - start
+            if repetition >= warmup:
+                samples[key].append(elapsed * 1e3)
+
+    cases = []
+    for size in batch_sizes:
+        median = {name: statistics.median(samples[(size, name)]) for name in _OPERATIONS}
+        decision = decide(batches[size])
+        kinds = [TerminalKind(int(code)).name.lower() for code in decision.terminal]
+        cases.append(
+            SamplerBenchCase(
+                batch_size=size,
+                sampler_ms=median["sampler"],
+                sampler_full_ms=median["sampler_full"],
+                minimum_pass_ms=median["minimum_pass"],
+                minimum_read_ms=median["minimum_read"],
+                full_pass_ms=median["full_pass"],
+                sampler_over_minimum=median["sampler"] / median["minimum_pass"],
+                sampler_full_over_minimum=median["sampler_full"] / median["minimum_pass"],
+                sampler_over_minimum_read=median["sampler"] / median["minimum_read"],
+                sampler_over_full_pass=median["sampler"] / median["full_pass"],
+                sampler_full_over_full_pass=median["sampler_full"] / median["full_pass"],
+                minimum_over_full_pass=median["minimum_pass"] / median["full_pass"],
+                mean_accepted=float(decision.accepted.to(torch.float64).mean()),
+                terminal_counts={kind.name.lower(): kinds.count(kind.name.lower()) for kind in TerminalKind},
+            )
+        )
+    largest = max(cases, key=lambda case: case.batch_size)
+    return SamplerBenchReport(
+        device="cpu",
+        dtype="float32",
+        draft_len=draft_len,
+        vocab=vocab,
+        repeats=repeats,
+        warmup=warmup,
+        seed=seed,
+        torch_version=torch.__version__,
+        torch_threads=torch.get_num_threads(),
+        machine=platform.machine() or "unknown",
+        target_ratio=SAMPLER_TARGET_RATIO,
+        meets_target=largest.sampler_over_minimum <= SAMPLER_TARGET_RATIO,
+        cases=cases,
+    )

@@ -1,0 +1,79 @@
+"""`specround bench sampler` at a tiny size: the JSON has the documented shape (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from specround.bench.sampler import SamplerBenchReport, make_sampler_inputs, run_sampler_bench
+from specround.cli import app
+from specround.sampling.exact import decide
+
+CASE_FIELDS = {
+    "batch_size",
+    "sampler_ms",
+    "sampler_full_ms",
+    "minimum_pass_ms",
+    "minimum_read_ms",
+    "full_pass_ms",
+    "sampler_over_minimum",
+    "sampler_full_over_minimum",
+    "sampler_over_minimum_read",
+    "sampler_over_full_pass",
+    "sampler_full_over_full_pass",
+    "minimum_over_full_pass",
+    "mean_accepted",
+    "terminal_counts",
+}
+
+
+def test_cli_prints_the_report_as_json() -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "sampler",
+            "--json",
+            "--repeats",
+            "2",
+            "--warmup",
+            "0",
+            "--batch-sizes",
+            "1,3",
+            "--vocab",
+            "300",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    report = SamplerBenchReport.model_validate(payload)
+    assert report.benchmark == "sampler" and report.vocab == 300 and report.draft_len == 4
+    assert [case.batch_size for case in report.cases] == [1, 3]
+    for case in payload["cases"]:
+        assert set(case) == CASE_FIELDS
+        assert all(case[name] > 0 for name in CASE_FIELDS if name.endswith("_ms"))
+        assert sum(case["terminal_counts"].values()) == case["batch_size"]
+        assert set(case["terminal_counts"]) == {"correction", "bonus", "stop"}
+    assert isinstance(payload["meets_target"], bool)
+
+
+def test_cli_refuses_bad_batch_sizes() -> None:
+    for bad in ("0", "a,b", ""):
+        result = CliRunner().invoke(app, ["bench", "sampler", "--batch-sizes", bad, "--vocab", "64"])
+        assert result.exit_code != 0
+
+
+def test_inputs_are_seeded_and_valid() -> None:
+    first = make_sampler_inputs(4, 3, 500, seed=5)
+    second = make_sampler_inputs(4, 3, 500, seed=5)
+    assert all(
+        bool((getattr(first, name) == getattr(second, name)).all())
+        for name in ("p", "q", "draft_ids", "seeds")
+    )
+    decide(first, validate="full")  # realistic inputs pass the strictest validation
+
+
+def test_function_runs_without_drafts() -> None:
+    report = run_sampler_bench([2], draft_len=0, vocab=64, repeats=1, warmup=0)
+    assert report.cases[0].terminal_counts["bonus"] == 2
