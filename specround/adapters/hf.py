@@ -10,6 +10,7 @@ transformers is an optional dependency (the ``hf`` extra); it is imported only w
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,10 @@ class HFTarget:
         self._context = int(getattr(config, "max_position_embeddings", 1 << 30))
         self._requests: dict[str, _Request] = {}
         self._next_branch = 0
+        # transformers >= 5.24 renamed ``past_key_values`` to ``cache``; older releases know only the former.
+        self._cache_kwarg = (
+            "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        )
 
     @classmethod
     def from_pretrained(
@@ -127,8 +132,8 @@ class HFTarget:
             input_ids=torch.tensor([list(tokens)], dtype=torch.int64),  # [1, n]
             position_ids=positions[None],
             cache_position=positions,
-            past_key_values=req.cache,
             use_cache=True,
+            **{self._cache_kwarg: req.cache},
         )
         logits: torch.Tensor = out.logits[0].to(torch.float32)  # [n, V]
         return logits

@@ -8,7 +8,7 @@ from specround.adapters.llama.model import LlamaModel
 from specround.adapters.llama.target import LlamaTarget
 from specround.adapters.proposers.model_draft import ModelProposer
 from specround.adapters.proposers.ngram import NGramProposer
-from specround.errors import UnknownProposerError
+from specround.errors import InvalidRequestError, UnknownProposerError
 from specround.statemachine.model_ports import Proposer
 
 __all__ = [
@@ -54,6 +54,6 @@ def proposer_from_spec(spec: str, *, target: LlamaTarget) -> Proposer:
             return early_exit_proposer(target, int(arg))
         if kind == "draft":
             return reduced_precision_proposer(target, _DTYPES[arg or "bf16"])
-    except (ValueError, KeyError) as exc:
+    except (ValueError, KeyError, InvalidRequestError) as exc:
         raise UnknownProposerError(f"invalid proposer specification {spec!r}: {exc}") from exc
     raise UnknownProposerError(f"unknown proposer {kind!r} in {spec!r} (known: {', '.join(PROPOSER_KINDS)})")
