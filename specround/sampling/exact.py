@@ -223,18 +223,29 @@ def inverse_cdf(row_mass: torch.Tensor, uniforms: torch.Tensor) -> InverseCdfDra
         raise ShapeMismatchError(f"uniforms are on {uniforms.device} but row_mass is on {row_mass.device}")
     u = uniforms.to(_F64)
     with torch.no_grad():
-        if not bool(torch.isfinite(row_mass).all()):
-            raise NonFiniteProbabilityError("row_mass holds NaN or an infinity")
-        if bool((row_mass < 0).any()):
-            raise NegativeMassError("row_mass holds a negative entry")
-        if not bool(((u >= 0) & (u < 1)).all()):
-            raise InvalidRequestError("inverse-CDF uniforms must lie in [0, 1)")
         width = block_width(row_mass.shape[1])
         padded = _pad_to_blocks(row_mass.to(_F64), width)  # [N, nB * BS]
         n_rows = padded.shape[0]
         block_sums = padded.view(n_rows, -1, width).sum(-1)  # [N, nB]
-        if not bool((block_sums.sum(1) > 0).all()):
+        totals = block_sums.sum(1)  # [N]: non-finite iff an entry is (or float64 entries overflow)
+        flags = torch.stack(
+            [
+                ~torch.isfinite(totals).all(),
+                (padded.amin(1) < 0).any(),
+                (totals <= 0).any(),
+                ~((u >= 0) & (u < 1)).all(),
+            ]
+        ).tolist()
+        if flags[0]:
+            if not bool(torch.isfinite(row_mass).all()):
+                raise NonFiniteProbabilityError("row_mass holds NaN or an infinity")
+            raise NotNormalisedError("row_mass sums overflow float64")
+        if flags[1]:
+            raise NegativeMassError("row_mass holds a negative entry")
+        if flags[2]:
             raise NotNormalisedError("an inverse-CDF row has no positive mass")
+        if flags[3]:
+            raise InvalidRequestError("inverse-CDF uniforms must lie in [0, 1)")
         columns = torch.arange(width, device=padded.device)  # [BS]
 
         def block_values(block: torch.Tensor) -> torch.Tensor:

@@ -187,6 +187,34 @@ class TestDegenerateResidual:
             assert decision.output_ids.tolist() == [[0, PAD_ID]]  # from p: the residual would force token 1
             assert abs(decision.residual_mass.item() - 1.0) < 1e-6
 
+    def test_degenerate_rows_mixed_with_corrections_and_bonuses(self) -> None:
+        # Requests: degenerate correction, real correction, bonus, degenerate correction. Each decides as
+        # it does alone (the degenerate rows are redrawn from p without disturbing the others).
+        eps = float(torch.finfo(F64).eps)
+        deltas = [8 * eps, 0.25, 0.0, 4 * eps]
+        rows = [two_token_rows(delta, F64) for delta in deltas]
+        p = torch.cat([r[0] for r in rows])
+        q = torch.cat([r[1] for r in rows])
+        batch = make_batch(p, q, [[0], [0], [1], [0]])
+        accept = torch.tensor([[self.LARGEST_U], [self.LARGEST_U], [0.3], [self.LARGEST_U]], dtype=F64)
+        terminal = torch.tensor([0.1, 0.1, 0.9, 0.9], dtype=F64)
+        decision = decide_from_uniforms(batch, accept, terminal)
+        assert decision.degenerate_correction.tolist() == [True, False, False, True]
+        assert decision.terminal.tolist() == [
+            TerminalKind.CORRECTION,
+            TerminalKind.CORRECTION,
+            TerminalKind.BONUS,
+            TerminalKind.CORRECTION,
+        ]
+        assert decision.output_ids[:, 0].tolist() == [0, 1, 1, 1]
+        for b in range(4):
+            alone = decide_from_uniforms(
+                make_batch(p[b : b + 1], q[b : b + 1], batch.draft_ids[b : b + 1], seeds=[b]),
+                accept[b : b + 1],
+                terminal[b : b + 1],
+            )
+            assert row_of(alone, 0) == row_of(decision, b)
+
     def test_residual_above_tolerance_draws_from_the_residual(self) -> None:
         for dtype in (torch.float32, torch.float64):
             eps = float(torch.finfo(dtype).eps)
