@@ -91,6 +91,7 @@ _CPU_CHUNK_ELEMENTS = 1 << 18
 """Elements per vocabulary chunk of the terminal pass on CPU (a few float64 copies stay in a 2 MiB L2)."""
 
 _F64 = torch.float64
+_NAN = float("nan")
 
 
 def degenerate_residual_tolerance(dtype: torch.dtype) -> float:
@@ -461,6 +462,80 @@ def _in_stop_set(tokens: torch.Tensor, stop_sets: torch.Tensor) -> torch.Tensor:
     return ((tokens[:, :, None] == stop_sets) & (stop_sets != PAD_ID)).any(-1)
 
 
+def _prefix_stops(
+    batch: SamplerBatch, n_accepted: torch.Tensor, within: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A stop token or the length cap inside the accepted prefix (1-based positions ``1..A``).
+
+    Returns ``stopped`` [B] bool, the stop distance ``s`` [B] (meaningful where stopped) and whether the
+    stop at ``s`` is a stop token [B] bool (a token wins over the cap at the same position).
+    """
+    n_batch, k_max = batch.draft_ids.shape
+    positions = torch.arange(k_max, device=n_accepted.device)  # [K] 0-based
+    stop_sets = _stop_rows(batch.stop_ids, positions[None, :].expand(n_batch, -1))  # [B, K, S]
+    draft_stops = within & _in_stop_set(batch.draft_ids, stop_sets)  # [B, K]
+    ordinal = positions + 1  # [K] 1-based position i
+    at_cap = ordinal[None, :] == batch.remaining[:, None]  # [B, K]
+    hit = (ordinal[None, :] <= n_accepted[:, None]) & (draft_stops | at_cap)  # [B, K]
+    first_hit = (hit.to(torch.int64).cumsum(1) == 0).sum(1)  # [B] 0-based index of the first hit, K if none
+    by_token = (draft_stops & (positions[None, :] == first_hit[:, None])).any(1)  # [B]
+    return first_hit < k_max, first_hit + 1, by_token
+
+
+@dataclass(frozen=True, slots=True)
+class _TerminalOutcome:
+    """Per-request results of the terminal draws; PAD_ID / NaN / False where no draw happened."""
+
+    tokens: torch.Tensor
+    """[B] int64 terminal token."""
+    total: torch.Tensor
+    """[B] float64 mass of the row drawn from."""
+    mass_before: torch.Tensor
+    """[B] float64 inverse-CDF bracket low."""
+    token_mass: torch.Tensor
+    """[B] float64 the token's own mass."""
+    degenerate: torch.Tensor
+    """[B] bool degenerate correction drawn from p."""
+
+
+def _terminal_draws(
+    batch: SamplerBatch,
+    n_accepted: torch.Tensor,
+    needs_terminal: torch.Tensor,
+    terminal_uniforms: torch.Tensor,
+    mode: ValidationMode,
+) -> _TerminalOutcome:
+    """Draw the correction or bonus token of every request that needs one, from row ``A`` (0x03C, 0x03H)."""
+    n_batch, k_max = batch.draft_ids.shape
+    device = n_accepted.device
+    outcome = _TerminalOutcome(
+        tokens=torch.full((n_batch,), PAD_ID, dtype=torch.int64, device=device),
+        total=torch.full((n_batch,), _NAN, dtype=_F64, device=device),
+        mass_before=torch.full((n_batch,), _NAN, dtype=_F64, device=device),
+        token_mass=torch.full((n_batch,), _NAN, dtype=_F64, device=device),
+        degenerate=torch.zeros(n_batch, dtype=torch.bool, device=device),
+    )
+    drawing = needs_terminal.nonzero().squeeze(1)  # [N]
+    if drawing.numel() == 0:
+        return outcome
+    is_correction = n_accepted[drawing] < batch.draft_lens[drawing]  # [N]
+    drawing = drawing[torch.argsort((~is_correction).to(torch.int8), stable=True)]  # corrections first
+    n_correction = int(is_correction.sum())
+    a_rows = n_accepted[drawing]  # [N]
+    rows = _TerminalRows(
+        batch_rows=drawing,
+        p_index=drawing * (k_max + 1) + a_rows,
+        q_index=drawing[:n_correction] * k_max + a_rows[:n_correction],
+    )
+    rows, draw, degenerate_rows = _draw_terminal(batch, rows, terminal_uniforms, mode)
+    outcome.tokens[rows.batch_rows] = draw.tokens
+    outcome.total[rows.batch_rows] = draw.total
+    outcome.mass_before[rows.batch_rows] = draw.mass_before
+    outcome.token_mass[rows.batch_rows] = draw.token_mass
+    outcome.degenerate[rows.batch_rows] = degenerate_rows
+    return outcome
+
+
 def _check_mode(validate: str) -> ValidationMode:
     if validate == "read":
         return "read"
@@ -535,18 +610,7 @@ def _decide(
     accepted_tests = accepts(accept_uniforms, p_draft, q_draft) & within  # [B, K]
     n_accepted = accepted_tests.to(torch.int64).cumprod(1).sum(1)  # [B] A
 
-    # A stop token or the length cap inside the accepted prefix (positions 1..A).
-    draft_stops = within & _in_stop_set(
-        batch.draft_ids, _stop_rows(batch.stop_ids, positions[None, :].expand(n_batch, -1))
-    )  # [B, K]
-    ordinal = positions + 1  # [K] 1-based position i
-    hit = (ordinal[None, :] <= n_accepted[:, None]) & (
-        draft_stops | (ordinal[None, :] == batch.remaining[:, None])
-    )  # [B, K]
-    first_hit = (hit.to(torch.int64).cumsum(1) == 0).sum(1)  # [B] 0-based index of the first hit, K if none
-    stopped = first_hit < k_max  # [B]
-    stop_len = first_hit + 1  # [B] s, meaningful where stopped
-    stop_by_token_in_prefix = (draft_stops & (positions[None, :] == first_hit[:, None])).any(1)  # [B]
+    stopped, stop_len, stop_by_token_in_prefix = _prefix_stops(batch, n_accepted, within)
 
     needs_terminal = ~stopped  # [B]
     accept_draws = torch.where(stopped, stop_len, torch.minimum(n_accepted + 1, lens))  # [B]
@@ -554,33 +618,11 @@ def _decide(
     check_reached_uniforms(accept_uniforms, reached, terminal_uniforms, needs_terminal)
 
     # The terminal draw (correction or bonus) for the requests that did not stop inside the prefix.
-    nan = float("nan")
-    terminal_tokens = torch.full((n_batch,), PAD_ID, dtype=torch.int64, device=device)
-    residual_mass = torch.full((n_batch,), nan, dtype=_F64, device=device)
-    mass_before = torch.full((n_batch,), nan, dtype=_F64, device=device)
-    token_mass = torch.full((n_batch,), nan, dtype=_F64, device=device)
-    degenerate = torch.zeros(n_batch, dtype=torch.bool, device=device)
-    drawing = needs_terminal.nonzero().squeeze(1)  # [N]
-    if drawing.numel() > 0:
-        is_correction = n_accepted[drawing] < lens[drawing]  # [N]
-        drawing = drawing[torch.argsort((~is_correction).to(torch.int8), stable=True)]  # corrections first
-        n_correction = int(is_correction.sum())
-        a_rows = n_accepted[drawing]  # [N]
-        rows = _TerminalRows(
-            batch_rows=drawing,
-            p_index=drawing * (k_max + 1) + a_rows,
-            q_index=drawing[:n_correction] * k_max + a_rows[:n_correction],
-        )
-        rows, draw, degenerate_rows = _draw_terminal(batch, rows, terminal_uniforms, mode)
-        terminal_tokens[rows.batch_rows] = draw.tokens
-        residual_mass[rows.batch_rows] = draw.total
-        mass_before[rows.batch_rows] = draw.mass_before
-        token_mass[rows.batch_rows] = draw.token_mass
-        degenerate[rows.batch_rows] = degenerate_rows
+    terminal = _terminal_draws(batch, n_accepted, needs_terminal, terminal_uniforms, mode)
 
     # Finish rules for the terminal token at 1-based position A + 1.
     terminal_stop = needs_terminal & _in_stop_set(
-        terminal_tokens[:, None], _stop_rows(batch.stop_ids, n_accepted[:, None])
+        terminal.tokens[:, None], _stop_rows(batch.stop_ids, n_accepted[:, None])
     ).squeeze(1)  # [B]
     finished = stopped | terminal_stop | (needs_terminal & (n_accepted + 1 == batch.remaining))  # [B]
     stopped_by_token = torch.where(stopped, stop_by_token_in_prefix, terminal_stop)  # [B]
@@ -592,7 +634,7 @@ def _decide(
     drafts_padded = torch.cat([batch.draft_ids, pad_column], dim=1)  # [B, K+1]
     output_ids = torch.where(columns[None, :] < prefix_len[:, None], drafts_padded, PAD_ID)  # [B, K+1]
     at_terminal = needs_terminal[:, None] & (columns[None, :] == n_accepted[:, None])  # [B, K+1]
-    output_ids = torch.where(at_terminal, terminal_tokens[:, None], output_ids)
+    output_ids = torch.where(at_terminal, terminal.tokens[:, None], output_ids)
 
     terminal_kind = torch.where(
         n_accepted < lens, int(TerminalKind.CORRECTION), int(TerminalKind.BONUS)
@@ -608,12 +650,12 @@ def _decide(
         terminal_draws=needs_terminal.to(torch.int64),
         p_draft=p_draft,
         q_draft=q_draft,
-        accept_uniforms=torch.where(reached, accept_uniforms, nan),
-        terminal_uniform=torch.where(needs_terminal, terminal_uniforms, nan),
+        accept_uniforms=torch.where(reached, accept_uniforms, _NAN),
+        terminal_uniform=torch.where(needs_terminal, terminal_uniforms, _NAN),
         terminal_row=torch.where(needs_terminal, n_accepted, PAD_ID),
-        residual_mass=residual_mass,
-        terminal_mass_before=mass_before,
-        terminal_token_mass=token_mass,
+        residual_mass=terminal.total,
+        terminal_mass_before=terminal.mass_before,
+        terminal_token_mass=terminal.token_mass,
         stopped_by_token=stopped_by_token,
-        degenerate_correction=degenerate,
+        degenerate_correction=terminal.degenerate,
     )
