@@ -111,6 +111,48 @@ def bench_sampler(
     typer.echo(report.model_dump_json(indent=2))
 
 
+@bench_app.command("controller")
+def bench_controller(
+    postgres_url: str | None = typer.Option(
+        None,
+        "--postgres-url",
+        envvar="SPECROUND_BENCH_POSTGRES_URL",
+        help="Also time PostgreSQL (in a scratch schema, dropped afterwards).",
+    ),
+    batch_sizes: str = typer.Option("1,64", help="Comma-separated batch sizes B."),
+    rounds: int = typer.Option(128, min=1, help="Request-rounds per case and repetition."),
+    repeats: int = typer.Option(5, min=1, help="Timed repetitions per case (the median is reported)."),
+    warmup: int = typer.Option(1, min=0, help="Untimed repetitions before timing."),
+    draft_len: int = typer.Option(4, min=1, help="Draft length K."),
+    vocab: int = typer.Option(64, min=2, help="Vocabulary size V."),
+    seed: int = typer.Option(0, help="Seed of the synthetic rows."),
+    threads: int = typer.Option(1, min=0, help="torch threads (0 keeps torch's default)."),
+) -> None:
+    """Time the round controller + durable publish per request-round on each log backend, and replay."""
+    from specround.bench.controller import run_controller_bench
+
+    try:
+        sizes = [int(part) for part in batch_sizes.split(",") if part.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter(
+            f"not a list of integers: {batch_sizes!r}", param_hint="--batch-sizes"
+        ) from exc
+    if not sizes or min(sizes) < 1 or rounds < max(sizes):
+        raise typer.BadParameter("batch sizes must be >= 1 and <= --rounds", param_hint="--batch-sizes")
+    report = run_controller_bench(
+        sizes,
+        postgres_url=postgres_url,
+        draft_len=draft_len,
+        vocab=vocab,
+        rounds_per_repetition=rounds,
+        repeats=repeats,
+        warmup=warmup,
+        seed=seed,
+        threads=threads or None,
+    )
+    typer.echo(report.model_dump_json(indent=2))
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

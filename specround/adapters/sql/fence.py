@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from specround.canonical import canonical_bytes, chain_hash
+from specround.canonical import chain_hash
 from specround.errors import InvalidRequestError, RequestFinishedError
 from specround.statemachine.ports import PublishOutcome, PublishStatus, RoundPublication
+from specround.statemachine.records import record_bytes
 
 __all__ = [
     "EVENT_COLUMNS",
@@ -95,7 +96,8 @@ class PreparedRound:
     kinds: tuple[str, ...]
     schema_versions: tuple[int, ...]
     payloads: tuple[bytes, ...]
-    """``canonical_bytes(event)`` of each event, in append order: what is hashed and stored."""
+    """``canonical_bytes(event)`` of each event, in append order: what is hashed and stored (computed with
+    :func:`~specround.statemachine.records.record_bytes`, the same bytes without a ``model_dump`` pass)."""
 
 
 @dataclass(slots=True)
@@ -144,7 +146,7 @@ def prepare_round(publication: RoundPublication) -> PreparedRound:
         publication=pub,
         kinds=tuple(event.kind for event in events),
         schema_versions=tuple(event.schema_version for event in events),
-        payloads=tuple(canonical_bytes(event) for event in events),
+        payloads=tuple(record_bytes(event) for event in events),
     )
 
 

@@ -1,0 +1,376 @@
+"""``specround bench controller``: what the round controller and a durable publish cost per request-round.
+
+Each case drives B requests through :meth:`~specround.statemachine.controller.RoundController.step`
+(bind the proposal to the round coordinate, lifecycle, one batched exact decision, staging and validation,
+one group-committed publish) with synthetic rows: K drafts over a small vocabulary, seeded softmax rows,
+drafts sampled from q, no model. Backends: the in-memory log (the controller alone), SQLite in a temporary
+file and, when a URL is given, PostgreSQL (in a temporary schema dropped afterwards). Cases are timed
+interleaved, repetition by repetition after warm-up repetitions, and summarised by medians:
+
+``us_per_round``
+    Wall time per request-round of the whole step, caller's coordinate digest included.
+``cpu_us_per_round``
+    The same in process CPU time (less sensitive to other load on the machine; misses I/O waits).
+``publish_us_per_round``
+    Wall time inside :meth:`~specround.statemachine.ports.EventLog.publish` (canonical bytes, hash chain,
+    the fenced transaction); ``controller_us_per_round`` is the rest.
+
+Replay is measured on each SQL log the cases wrote: ``stream_events_per_s`` iterates
+:meth:`~specround.statemachine.ports.EventLog.events` only; ``replay_events_per_s`` rebuilds every request
+with :func:`~specround.statemachine.replay.replay_log` (hash links recomputed from the canonical payloads).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from specround.statemachine.controller import RoundController
+from specround.statemachine.events import RequestOpened
+from specround.statemachine.ports import EventLog, LogHead, PublishOutcome, RoundPublication, StoredEvent
+from specround.statemachine.replay import replay_log
+from specround.statemachine.rounds import RoundInput
+
+__all__ = [
+    "CONTROLLER_TARGET_US",
+    "REPLAY_TARGET_EVENTS_PER_S",
+    "ControllerBenchCase",
+    "ControllerBenchReport",
+    "ReplayBenchCase",
+    "run_controller_bench",
+]
+
+CONTROLLER_TARGET_US = 50.0
+"""Target: at most this many microseconds per request-round at B = 64 on SQLite (controller + publish)."""
+REPLAY_TARGET_EVENTS_PER_S = 100_000.0
+"""Target: replay at least this many events per second."""
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_POOL = 256
+"""Distinct synthetic row sets, reused cyclically."""
+
+
+class ControllerBenchCase(BaseModel):
+    """Medians per request-round for one backend and batch size."""
+
+    model_config = _FROZEN
+
+    backend: str
+    batch_size: int
+    rounds_per_repetition: int
+    us_per_round: float
+    cpu_us_per_round: float
+    publish_us_per_round: float
+    controller_us_per_round: float
+    over_memory: float
+    """``us_per_round`` over the memory log's at the same batch size (the price of durability)."""
+    mean_emitted: float
+    """Mean tokens emitted per round (how realistic the synthetic acceptance is)."""
+
+
+class ReplayBenchCase(BaseModel):
+    """Read and replay speed of one SQL log written by the cases."""
+
+    model_config = _FROZEN
+
+    backend: str
+    requests: int
+    events: int
+    stream_events_per_s: float
+    replay_events_per_s: float
+
+
+class ControllerBenchReport(BaseModel):
+    """The JSON printed by ``specround bench controller``."""
+
+    model_config = _FROZEN
+
+    benchmark: str = "controller"
+    vocab: int
+    draft_len: int
+    repeats: int
+    warmup: int
+    seed: int
+    torch_threads: int
+    machine: str
+    load_average: tuple[float, float, float]
+    """The machine's 1/5/15-minute load when the run ended (other processes inflate wall times)."""
+    target_us_per_round: float
+    meets_target: bool
+    """``us_per_round`` of SQLite at the largest batch size is within ``target_us_per_round``."""
+    replay_target_events_per_s: float
+    meets_replay_target: bool
+    """Every SQL backend replays at least ``replay_target_events_per_s``."""
+    cases: list[ControllerBenchCase]
+    replay: list[ReplayBenchCase]
+
+
+class _TimedLog:
+    """An EventLog that forwards every call and accumulates the wall time spent in ``publish``."""
+
+    def __init__(self, inner: EventLog) -> None:
+        self.inner = inner
+        self.publish_s = 0.0
+
+    def open_request(self, event: RequestOpened, state_digest: str) -> None:
+        self.inner.open_request(event, state_digest)
+
+    def publish(self, publications: Sequence[RoundPublication]) -> list[PublishOutcome]:
+        start = time.perf_counter()
+        try:
+            return self.inner.publish(publications)
+        finally:
+            self.publish_s += time.perf_counter() - start
+
+    def events(self, request_id: str | None = None) -> Iterator[StoredEvent]:
+        return self.inner.events(request_id)
+
+    def request_ids(self) -> list[str]:
+        return self.inner.request_ids()
+
+    def head(self, request_id: str) -> LogHead | None:
+        return self.inner.head(request_id)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@dataclass
+class _Rows:
+    """A pool of seeded synthetic rounds: p [N, K+1, V], q [N, K, V], drafts [N, K]."""
+
+    p: torch.Tensor
+    q: torch.Tensor
+    drafts: torch.Tensor
+
+    @classmethod
+    def make(cls, draft_len: int, vocab: int, seed: int) -> _Rows:
+        gen = torch.Generator().manual_seed(seed)
+        logits = 2.0 * torch.randn(_POOL, draft_len + 1, vocab, generator=gen, dtype=torch.float64)
+        noise = 0.7 * torch.randn(_POOL, draft_len, vocab, generator=gen, dtype=torch.float64)
+        p = torch.softmax(logits, dim=-1)  # [N, K+1, V]
+        q = torch.softmax(logits[:, :draft_len] + noise, dim=-1)  # [N, K, V]
+        flat = q.reshape(_POOL * draft_len, vocab)
+        drafts = torch.multinomial(flat, 1, generator=gen).reshape(_POOL, draft_len)  # [N, K]
+        return cls(p=p, q=q, drafts=drafts)
+
+
+@dataclass
+class _Case:
+    backend: str
+    batch_size: int
+    log: _TimedLog
+    controller: RoundController
+    request_ids: list[str]
+    rows: _Rows
+    cursor: int = 0
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    publish: list[float] = field(default_factory=list)
+    emitted: int = 0
+    rounds: int = 0
+
+    def run(self, steps: int, record: bool) -> None:
+        """Run ``steps`` steps; record per-round wall, CPU and publish times when ``record``."""
+        publish_before = self.log.publish_s
+        wall = cpu = 0.0
+        for _ in range(steps):
+            picks = [(self.cursor + b) % _POOL for b in range(self.batch_size)]
+            self.cursor = (self.cursor + self.batch_size) % _POOL
+            rows = [(self.rows.drafts[i], self.rows.q[i], self.rows.p[i]) for i in picks]
+            ctl = self.controller
+            start_wall, start_cpu = time.perf_counter(), time.process_time()
+            inputs = [
+                RoundInput(rid, ctl.coordinate_digest(rid), drafts, q, p)
+                for rid, (drafts, q, p) in zip(self.request_ids, rows, strict=True)
+            ]
+            results = ctl.step(inputs)
+            wall += time.perf_counter() - start_wall
+            cpu += time.process_time() - start_cpu
+            for result in results:
+                result.raise_for_error()
+                self.emitted += len(result.emitted_ids)
+                self.rounds += 1
+        if record:
+            rounds = steps * self.batch_size
+            self.wall.append(wall / rounds * 1e6)
+            self.cpu.append(cpu / rounds * 1e6)
+            self.publish.append((self.log.publish_s - publish_before) / rounds * 1e6)
+
+
+def _open_case(backend: str, location: str | None, batch_size: int, rows: _Rows, run_id: str) -> _Case:
+    inner: EventLog
+    if location is None:
+        from specround.adapters.memory_log import MemoryEventLog
+
+        inner = MemoryEventLog()
+    else:
+        from specround.adapters.sql import SqlEventLog
+
+        inner = SqlEventLog.open(location)
+    log = _TimedLog(inner)
+    controller = RoundController(log)
+    vocab = rows.p.shape[-1]
+    request_ids = [f"bench-{run_id}-{backend}-b{batch_size}-{i:04d}" for i in range(batch_size)]
+    for index, request_id in enumerate(request_ids):
+        controller.open_request(
+            [1, 2, 3], seed=index, max_new_tokens=1 << 30, vocab_size=vocab, request_id=request_id
+        )
+    return _Case(backend, batch_size, log, controller, request_ids, rows)
+
+
+def _replay(backend: str, log: EventLog, repeats: int) -> ReplayBenchCase:
+    stream_rates, replay_rates = [], []
+    events = requests = 0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        events = sum(1 for _ in log.events())
+        stream_rates.append(events / (time.perf_counter() - start))
+        start = time.perf_counter()
+        replayed = list(replay_log(log))
+        replay_rates.append(sum(r.events for r in replayed) / (time.perf_counter() - start))
+        requests = len(replayed)
+    return ReplayBenchCase(
+        backend=backend,
+        requests=requests,
+        events=events,
+        stream_events_per_s=statistics.median(stream_rates),
+        replay_events_per_s=statistics.median(replay_rates),
+    )
+
+
+def _postgres_schema(base_url: str) -> tuple[str, str]:
+    """Create a scratch schema; return (schema, URL selecting it)."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from specround.adapters.sql import parse_location
+
+    location = parse_location(base_url)
+    schema = f"specround_bench_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(location.url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+    finally:
+        engine.dispose()
+    url = make_url(location.url).update_query_dict({"options": f"-csearch_path={schema}"})
+    return schema, url.render_as_string(hide_password=False)
+
+
+def _drop_postgres_schema(base_url: str, schema: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    from specround.adapters.sql import parse_location
+
+    engine = create_engine(parse_location(base_url).url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    finally:
+        engine.dispose()
+
+
+def run_controller_bench(
+    batch_sizes: Sequence[int] = (1, 64),
+    *,
+    postgres_url: str | None = None,
+    draft_len: int = 4,
+    vocab: int = 64,
+    rounds_per_repetition: int = 128,
+    repeats: int = 5,
+    warmup: int = 1,
+    seed: int = 0,
+    threads: int | None = 1,
+) -> ControllerBenchReport:
+    """Time the controller on every backend and batch size, interleaved, in this process.
+
+    ``threads`` sets torch's intra-op threads for the run (tiny rows: one thread avoids contention);
+    None leaves torch's setting alone.
+    """
+    if not batch_sizes or min(batch_sizes) < 1 or repeats < 1 or warmup < 0 or draft_len < 1 or vocab < 2:
+        raise ValueError("need batch sizes >= 1, repeats >= 1, warmup >= 0, draft_len >= 1, vocab >= 2")
+    if rounds_per_repetition < max(batch_sizes):
+        raise ValueError("rounds_per_repetition must be at least the largest batch size")
+    previous_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    rows = _Rows.make(draft_len, vocab, seed)
+    run_id = uuid.uuid4().hex[:8]
+    scratch = tempfile.TemporaryDirectory(prefix="specround-bench-")
+    schema = None
+    cases: list[_Case] = []
+    try:
+        backends: list[tuple[str, str | None]] = [("memory", None), ("sqlite", None), ("postgresql", None)]
+        if postgres_url is not None:
+            schema, pg_url = _postgres_schema(postgres_url)
+            backends[2] = ("postgresql", pg_url)
+        else:
+            backends.pop()
+        for backend, location in backends:
+            for size in batch_sizes:
+                where = location
+                if backend == "sqlite":
+                    where = str(Path(scratch.name) / f"b{size}.sqlite")
+                cases.append(_open_case(backend, where, size, rows, run_id))
+        for repetition in range(warmup + repeats):
+            for case in cases:
+                case.run(max(1, rounds_per_repetition // case.batch_size), record=repetition >= warmup)
+        memory = {c.batch_size: statistics.median(c.wall) for c in cases if c.backend == "memory"}
+        results = []
+        for case in cases:
+            wall = statistics.median(case.wall)
+            publish = statistics.median(case.publish)
+            results.append(
+                ControllerBenchCase(
+                    backend=case.backend,
+                    batch_size=case.batch_size,
+                    rounds_per_repetition=max(1, rounds_per_repetition // case.batch_size) * case.batch_size,
+                    us_per_round=wall,
+                    cpu_us_per_round=statistics.median(case.cpu),
+                    publish_us_per_round=publish,
+                    controller_us_per_round=wall - publish,
+                    over_memory=wall / memory[case.batch_size],
+                    mean_emitted=case.emitted / max(1, case.rounds),
+                )
+            )
+        largest = max(batch_sizes)
+        replays = [
+            _replay(c.backend, c.log.inner, repeats)
+            for c in cases
+            if c.backend != "memory" and c.batch_size == largest
+        ]
+        sqlite_largest = next(r for r in results if r.backend == "sqlite" and r.batch_size == largest)
+        return ControllerBenchReport(
+            vocab=vocab,
+            draft_len=draft_len,
+            repeats=repeats,
+            warmup=warmup,
+            seed=seed,
+            torch_threads=torch.get_num_threads(),
+            machine=platform.machine() or "unknown",
+            load_average=os.getloadavg(),
+            target_us_per_round=CONTROLLER_TARGET_US,
+            meets_target=sqlite_largest.us_per_round <= CONTROLLER_TARGET_US,
+            replay_target_events_per_s=REPLAY_TARGET_EVENTS_PER_S,
+            meets_replay_target=all(r.replay_events_per_s >= REPLAY_TARGET_EVENTS_PER_S for r in replays),
+            cases=results,
+            replay=replays,
+        )
+    finally:
+        for case in cases:
+            case.log.close()
+        if schema is not None and postgres_url is not None:
+            _drop_postgres_schema(postgres_url, schema)
+        scratch.cleanup()
+        torch.set_num_threads(previous_threads)

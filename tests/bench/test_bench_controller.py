@@ -1,0 +1,74 @@
+"""``specround bench controller`` runs end to end and reports consistent numbers (no timed assertions)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from specround.bench.controller import (
+    CONTROLLER_TARGET_US,
+    REPLAY_TARGET_EVENTS_PER_S,
+    ControllerBenchReport,
+    run_controller_bench,
+)
+from specround.cli import app
+
+
+def _check(report: ControllerBenchReport, backends: set[str], sizes: tuple[int, ...], rounds: int) -> None:
+    assert {(c.backend, c.batch_size) for c in report.cases} == {(b, s) for b in backends for s in sizes}
+    for case in report.cases:
+        assert case.rounds_per_repetition == (rounds // case.batch_size) * case.batch_size
+        assert case.us_per_round > 0 and case.cpu_us_per_round > 0
+        assert 0 < case.publish_us_per_round < case.us_per_round
+        assert case.controller_us_per_round == pytest.approx(case.us_per_round - case.publish_us_per_round)
+        assert 1 <= case.mean_emitted <= report.draft_len + 1  # min(A + 1, H) tokens per round (INV-2)
+        if case.backend == "memory":
+            assert case.over_memory == 1.0
+    assert report.target_us_per_round == CONTROLLER_TARGET_US
+    assert report.replay_target_events_per_s == REPLAY_TARGET_EVENTS_PER_S
+    largest = max(sizes)
+    sqlite = next(c for c in report.cases if c.backend == "sqlite" and c.batch_size == largest)
+    assert report.meets_target == (sqlite.us_per_round <= CONTROLLER_TARGET_US)
+    assert {r.backend for r in report.replay} == backends - {"memory"}
+    for replay in report.replay:
+        assert replay.events > replay.requests >= largest
+        assert replay.stream_events_per_s > 0 and replay.replay_events_per_s > 0
+
+
+def test_controller_bench_on_memory_and_sqlite() -> None:
+    report = run_controller_bench((1, 4), rounds_per_repetition=8, repeats=2, warmup=1, vocab=16)
+    _check(report, {"memory", "sqlite"}, (1, 4), 8)
+    replay = report.replay[0]
+    # every request of the B=4 log: its opening event plus 5 events per round it published
+    rounds = (1 + 2) * 8
+    assert (replay.requests, replay.events) == (4, 4 + 5 * rounds)
+
+
+@pytest.mark.postgres
+def test_controller_bench_on_postgres() -> None:
+    url = os.environ.get("SPECROUND_TEST_POSTGRES_URL")
+    if not url:
+        if os.environ.get("SPECROUND_REQUIRE_POSTGRES") == "1":
+            pytest.fail("SPECROUND_TEST_POSTGRES_URL is required")
+        pytest.skip("SPECROUND_TEST_POSTGRES_URL is not set")
+    report = run_controller_bench(
+        (2,), postgres_url=url, rounds_per_repetition=4, repeats=1, warmup=0, vocab=16
+    )
+    _check(report, {"memory", "sqlite", "postgresql"}, (2,), 4)
+
+
+def test_bench_controller_command_prints_json() -> None:
+    result = CliRunner().invoke(
+        app,
+        ["bench", "controller", "--batch-sizes", "2", "--rounds", "2", "--repeats", "1", "--warmup", "0"],
+        env={"SPECROUND_BENCH_POSTGRES_URL": None},
+    )
+    assert result.exit_code == 0, result.output
+    report = ControllerBenchReport.model_validate(json.loads(result.output))
+    assert report.benchmark == "controller"
+    assert [c.batch_size for c in report.cases] == [2, 2]
+    bad = CliRunner().invoke(app, ["bench", "controller", "--batch-sizes", "x"])
+    assert bad.exit_code != 0
