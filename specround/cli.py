@@ -153,6 +153,49 @@ def bench_controller(
     typer.echo(report.model_dump_json(indent=2))
 
 
+@app.command()
+def check(
+    random_fixtures: int = typer.Option(
+        1000, "--random-fixtures", min=0, help="Random fixtures (V <= 4, K <= 3) for the exact oracle."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random fixture family."),
+    mc_samples: int = typer.Option(
+        100_000, "--mc-samples", min=0, help="Monte Carlo rounds per fixture (0 skips Monte Carlo)."
+    ),
+    mc_random_fixtures: int = typer.Option(
+        5, "--mc-random-fixtures", min=0, help="Random fixtures that also get Monte Carlo."
+    ),
+    mc_seed: int = typer.Option(1, "--mc-seed", help="Seed of the Monte Carlo requests."),
+    mutations: bool = typer.Option(True, "--mutations/--no-mutations", help="Run the mutation smoke tests."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Exact enumeration oracle, mutation smoke tests, seeded Monte Carlo and the speedup ledger."""
+    import json
+
+    from rich.console import Console
+
+    from specround.model_check.render import progress_bar, render_report
+    from specround.model_check.report import CheckOptions, run_checks
+
+    options = CheckOptions(
+        random_fixtures=random_fixtures,
+        fixture_seed=seed,
+        mc_samples=mc_samples,
+        mc_random_fixtures=mc_random_fixtures,
+        mc_seed=mc_seed,
+        mutations=mutations,
+    )
+    with progress_bar(Console(stderr=True)) as progress:
+        report = run_checks(options, progress)
+    if as_json:
+        typer.echo(json.dumps(report.as_json(), indent=2))
+    else:
+        console = Console()
+        render_report(report, console if console.is_terminal else Console(width=200))
+    if not report.passed:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
