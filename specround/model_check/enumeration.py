@@ -228,6 +228,8 @@ class _Tally:
 
     failures: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     errors: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    leaves: int = 0
+    brackets: int = 0
 
     def fail(self, name: str) -> None:
         self.failures[name] += 1
@@ -442,6 +444,7 @@ def _leaf(
     fixture = tables.fixture
     path = tables.paths[cases.path_index[branch.case]]
     k = fixture.draft_len
+    tally.leaves += 1
     emitted = int(lo["emitted"][n])  # type: ignore[call-overload]
     output = [int(x) for x in lo["output_ids"][n]][:emitted]  # type: ignore[attr-defined]
     finished = bool(lo["finished"][n])
@@ -483,6 +486,7 @@ def _leaf(
         own = float(lo["token_mass"][n])  # type: ignore[arg-type]
         gap = max(abs(before / z - lo_point / GRID), abs((before + own) / z - (hi_point + 1) / GRID))
         tally.error("INV-10 bracket = located interval", gap)
+        tally.brackets += 1
         law_mass = (hi_point + 1 - lo_point) / GRID
         node = path.tokens[: branch.accepted]
         if branch.reject and not bool(lo["degenerate"][n]):
@@ -513,6 +517,8 @@ def _finish(
 
     # Acceptance thresholds against min(1, p/q) of the oracle's rows; p == q never corrects.
     gap = 0.0
+    tests = 0
+    equal_rows = 0
     equal_rows_rejecting = 0
     node_accept: dict[tuple[int, ...], dict[int, float]] = defaultdict(dict)
     node_rows: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
@@ -525,19 +531,29 @@ def _finish(
             d = path.tokens[i]
             ratio = min(1.0, path.p_draft[i] / path.q_draft[i])
             gap = max(gap, abs(count / GRID - ratio))
-            if torch.equal(path.p_rows[i], path.q_rows[i]) and count != GRID:
-                equal_rows_rejecting += 1
+            tests += 1
+            if torch.equal(path.p_rows[i], path.q_rows[i]):
+                equal_rows += 1
+                equal_rows_rejecting += count != GRID
             node = path.tokens[:i]
             node_accept[node][d] = count / GRID
             node_rows[node] = (path.p_rows[i], path.q_rows[i])
             result.thresholds[path.tokens[: i + 1]] = count / GRID
     checks = result.checks
-    checks.append(within(name, "acceptance = min(1, p/q)", gap, THRESHOLD_TOLERANCE))
     checks.append(
-        CheckResult(
-            name, "p == q never corrects", equal_rows_rejecting == 0, float(equal_rows_rejecting), 0.0
-        )
+        within(name, "acceptance = min(1, p/q)", gap, THRESHOLD_TOLERANCE, f"{tests} reached tests")
     )
+    if equal_rows:
+        checks.append(
+            CheckResult(
+                name,
+                "p == q never corrects",
+                equal_rows_rejecting == 0,
+                float(equal_rows_rejecting),
+                0.0,
+                f"rejecting tests among {equal_rows} with p == q",
+            )
+        )
 
     # One-position identities at every reached node: sum_x q(x) a(x) = 1 - TV(p, q); residual normalised.
     tv_gap = 0.0
@@ -548,7 +564,9 @@ def _finish(
         shared = sum(float(q_row[x]) * t for x, t in accept.items())
         tv = 0.5 * float((p_row - q_row).abs().sum())
         tv_gap = max(tv_gap, abs(shared - (1.0 - tv)))
-    checks.append(within(name, "acceptance = 1 - TV(p, q)", tv_gap, IDENTITY_TOLERANCE))
+    checks.append(
+        within(name, "acceptance = 1 - TV(p, q)", tv_gap, IDENTITY_TOLERANCE, f"{len(node_accept)} nodes")
+    )
     residual_gap = 0.0
     for node, law in result.correction_laws.items():
         if node not in node_rows:
@@ -560,13 +578,25 @@ def _finish(
         expected = (residual / z).tolist()
         residual_gap = max(residual_gap, abs(result.correction_mass[node] - z))
         residual_gap = max(residual_gap, max(abs(law.get(x, 0.0) - e) for x, e in enumerate(expected)))
-    checks.append(within(name, "correction = normalised max(p - q, 0)", residual_gap, IDENTITY_TOLERANCE))
+    if result.correction_laws:
+        checks.append(
+            within(
+                name,
+                "correction = normalised max(p - q, 0)",
+                residual_gap,
+                IDENTITY_TOLERANCE,
+                f"{len(result.correction_laws)} nodes",
+            )
+        )
     bonus_gap = 0.0
     by_tokens = {p.tokens: p for p in tables.paths}
     for path_tokens, law in result.bonus_laws.items():
         expected = by_tokens[path_tokens].p_rows[fixture.draft_len].tolist()
         bonus_gap = max(bonus_gap, max(abs(law.get(x, 0.0) - e) for x, e in enumerate(expected)))
-    checks.append(within(name, "bonus = p_{K+1}", bonus_gap, IDENTITY_TOLERANCE))
+    if result.bonus_laws:
+        checks.append(
+            within(name, "bonus = p_{K+1}", bonus_gap, IDENTITY_TOLERANCE, f"{len(result.bonus_laws)} paths")
+        )
 
     # Leaf-level checks.
     for check_name in (
@@ -577,15 +607,19 @@ def _finish(
         "INV-3 draws = reached tests + terminal",
     ):
         count = tally.failures.get(check_name, 0)
-        checks.append(CheckResult(name, check_name, count == 0, float(count), 0.0, "failing leaves"))
-    checks.append(
-        within(
-            name,
-            "INV-10 bracket = located interval",
-            tally.errors.get("INV-10 bracket = located interval", 0.0),
-            IDENTITY_TOLERANCE,
+        checks.append(
+            CheckResult(name, check_name, count == 0, float(count), 0.0, f"failing of {tally.leaves} leaves")
         )
-    )
+    if tally.brackets:
+        checks.append(
+            within(
+                name,
+                "INV-10 bracket = located interval",
+                tally.errors.get("INV-10 bracket = located interval", 0.0),
+                IDENTITY_TOLERANCE,
+                f"{tally.brackets} terminal draws",
+            )
+        )
 
     # Processor rows.
     checks.append(within(name, "rows_along = per-prefix rows", tables.rows_along_error, PARITY_TOLERANCE))

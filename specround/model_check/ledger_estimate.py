@@ -47,8 +47,12 @@ class RoundRecord:
     t_verify: float = 0.0
     t_state: float = 0.0
     t_queue: float = 0.0
+    count: int = 1
+    """How many identical rounds this record stands for (an aggregated log query), >= 1."""
 
     def __post_init__(self) -> None:
+        if self.count < 1:
+            raise LedgerDeclarationError(f"a record stands for at least one round, got count = {self.count}")
         if not 0 <= self.accepted <= self.drafted:
             raise LedgerDeclarationError(f"need 0 <= A <= k, got A = {self.accepted}, k = {self.drafted}")
         if not self.stopped and self.emitted != self.accepted + 1:
@@ -116,15 +120,15 @@ class LedgerEstimate:
 
 
 def estimate_ledger(records: Sequence[RoundRecord]) -> LedgerEstimate:
-    """Estimate the ledger from observed rounds (at least one)."""
+    """Estimate the ledger from observed rounds (at least one; each weighted by its ``count``)."""
     if not records:
         raise LedgerDeclarationError("the ledger needs at least one observed round")
     max_k = max(r.drafted for r in records)
     reach = tuple(
         ReachCount(
             position=j,
-            reached=sum(1 for r in records if r.reached_tests >= j),
-            accepted=sum(1 for r in records if r.reached_tests >= j and r.accepted >= j),
+            reached=sum(r.count for r in records if r.reached_tests >= j),
+            accepted=sum(r.count for r in records if r.reached_tests >= j and r.accepted >= j),
         )
         for j in range(1, max_k + 1)
     )
@@ -136,21 +140,22 @@ def estimate_ledger(records: Sequence[RoundRecord]) -> LedgerEstimate:
         survival.append(survival[-1] * rate)
     empirical: list[float | None] = []
     for j in range(max_k + 1):
-        eligible = [r for r in records if r.drafted >= j]
-        empirical.append(sum(1 for r in eligible if r.accepted >= j) / len(eligible) if eligible else None)
-    total_time = math.fsum(r.round_time for r in records)
-    total_progress = sum(r.emitted for r in records)
-    n = len(records)
+        eligible = sum(r.count for r in records if r.drafted >= j)
+        hits = sum(r.count for r in records if r.drafted >= j and r.accepted >= j)
+        empirical.append(hits / eligible if eligible else None)
+    n = sum(r.count for r in records)
+    total_time = math.fsum(r.round_time * r.count for r in records)
+    total_progress = sum(r.emitted * r.count for r in records)
     return LedgerEstimate(
         rounds=n,
         reach=reach,
         survival=tuple(survival),
         accepted_pmf=accepted_pmf(survival),
         empirical_survival=tuple(empirical),
-        mean_accepted=sum(r.accepted for r in records) / n,
+        mean_accepted=sum(r.accepted * r.count for r in records) / n,
         mean_progress=total_progress / n,
         mean_round_time=total_time / n,
         time_per_token=total_time / total_progress,
-        mean_time_per_token_ratio=math.fsum(r.round_time / r.emitted for r in records) / n,
-        discarded_rows=sum(r.drafted - r.accepted for r in records) / n,
+        mean_time_per_token_ratio=math.fsum(r.round_time / r.emitted * r.count for r in records) / n,
+        discarded_rows=sum((r.drafted - r.accepted) * r.count for r in records) / n,
     )
