@@ -91,6 +91,7 @@ def bench_sampler(
     vocab: int = typer.Option(49_152, min=1, help="Vocabulary size V."),
     warmup: int = typer.Option(3, min=0, help="Untimed repetitions before timing."),
     seed: int = typer.Option(0, help="Seed of the generated inputs."),
+    threads: int | None = typer.Option(None, min=1, help="Torch intra-op threads for the run."),
     as_json: bool = typer.Option(True, "--json", help="Print JSON (the only output format)."),
 ) -> None:
     """Time the exact sampler against the minimum it must read and a full pass, in one run."""
@@ -106,7 +107,7 @@ def bench_sampler(
     if not sizes or min(sizes) < 1:
         raise typer.BadParameter("batch sizes must be >= 1", param_hint="--batch-sizes")
     report = run_sampler_bench(
-        sizes, draft_len=draft_len, vocab=vocab, repeats=repeats, warmup=warmup, seed=seed
+        sizes, draft_len=draft_len, vocab=vocab, repeats=repeats, warmup=warmup, seed=seed, threads=threads
     )
     typer.echo(report.model_dump_json(indent=2))
 

@@ -3,7 +3,8 @@
 Queries are the concatenated new rows; the keys of request ``s`` are its stored rows ``[0, start_s + n_s)``
 (committed rows, a retained frontier if any, then its new rows), concatenated request after request. Query
 row ``u`` may read key row ``v`` exactly when they belong to the same request and
-``position(v) <= position(u)``; the mask is built once per forward and shared by every layer.
+``position(v) <= position(u)`` (:func:`specround.sampling.layouts.visibility_mask`); the mask is built
+once per forward and shared by every layer.
 """
 
 from __future__ import annotations
@@ -14,20 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from specround.adapters.llama.kv_cache import RequestCache
+from specround.sampling.layouts import visibility_mask
 
-__all__ = ["PackedRows", "Segment", "visibility"]
-
-
-def visibility(
-    query_requests: torch.Tensor,
-    query_positions: torch.Tensor,
-    key_requests: torch.Tensor,
-    key_positions: torch.Tensor,
-) -> torch.Tensor:
-    """[Q, Kv] bool: ``request(u) == request(v) and position(v) <= position(u)``."""
-    same_request = query_requests[:, None] == key_requests[None, :]  # [Q, Kv]
-    not_future = key_positions[None, :] <= query_positions[:, None]  # [Q, Kv]
-    return same_request & not_future
+__all__ = ["PackedRows", "Segment"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +43,7 @@ class PackedRows:
             k_pos.append(torch.arange(end))
         self.positions = torch.cat(q_pos) if q_pos else torch.empty(0, dtype=torch.int64)  # [Q]
         if q_pos:
-            self._mask = visibility(torch.cat(q_req), self.positions, torch.cat(k_req), torch.cat(k_pos))
+            self._mask = visibility_mask(torch.cat(q_req), self.positions, torch.cat(k_req), torch.cat(k_pos))
         else:
             self._mask = torch.empty(0, 0, dtype=torch.bool)  # [Q, Kv]
 
