@@ -43,12 +43,15 @@ def test_cli_prints_the_report_as_json() -> None:
             "1,3",
             "--vocab",
             "300",
+            "--threads",
+            "1",
         ],
     )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output)
     report = SamplerBenchReport.model_validate(payload)
     assert report.benchmark == "sampler" and report.vocab == 300 and report.draft_len == 4
+    assert report.torch_threads == 1
     assert [case.batch_size for case in report.cases] == [1, 3]
     for case in payload["cases"]:
         assert set(case) == CASE_FIELDS
