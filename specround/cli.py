@@ -112,6 +112,23 @@ def bench_sampler(
     typer.echo(report.model_dump_json(indent=2))
 
 
+@bench_app.command("model")
+def bench_model(
+    repeats: int = typer.Option(9, min=1, help="Timed repetitions per case (the median is reported)."),
+    warmup: int = typer.Option(2, min=0, help="Untimed repetitions before timing."),
+    cold: bool = typer.Option(False, "--cold", help="Also time a GGUF conversion into a fresh cache."),
+    threads: int | None = typer.Option(None, min=1, help="Torch intra-op threads for the run."),
+) -> None:
+    """Time the compact Llama: start-up, one-row decode, five-row verify, packed verify, in one run."""
+    import torch
+
+    from specround.adapters.llama.bench import run_model_bench
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    typer.echo(run_model_bench(repeats=repeats, warmup=warmup, cold=cold).model_dump_json(indent=2))
+
+
 @bench_app.command("controller")
 def bench_controller(
     postgres_url: str | None = typer.Option(
