@@ -15,9 +15,11 @@ state has committed cache ``C == O[:-1]`` and frontier ``F == O[-1]``:
 * In both layouts a verification returns the *logical* rows: logits ``[K+1, V]`` where row ``i`` scores the
   token after ``F, d_1..d_i`` (``p_1..p_K`` and the bonus row ``p_{K+1}``), and a :class:`BranchHandle`
   whose logical token rows are ``[F, d_1..d_K]``.
-* :meth:`TargetModel.commit` keeps the first ``keep`` logical rows (``A + 1`` for A accepted drafts: the
-  frontier plus the accepted drafts, in both layouts) and discards the rest; :meth:`TargetModel.discard`
-  drops a branch entirely (an aborted round), leaving committed rows and any retained frontier untouched.
+* :meth:`TargetModel.commit` keeps the first ``keep`` logical rows and discards the rest. ``keep`` is the
+  number of tokens the round emitted: ``A + 1`` (the frontier plus the A accepted drafts, in both layouts)
+  when a correction or bonus is emitted, or ``h`` when a stop at the h-th accepted draft ends the request,
+  so that ``C == O[:-1]`` holds after publication in every case. :meth:`TargetModel.discard` drops a
+  branch entirely (an aborted round), leaving committed rows and any retained frontier untouched.
 
 Proposer contract: a proposer returns, for each request, draft ids and the *processed* q rows that actually
 sampled them (one-hot rows for a point-mass proposer), plus the number of PROPOSAL uniforms it consumed.
