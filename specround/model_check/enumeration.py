@@ -103,7 +103,7 @@ class _Cases:
     def build(cls, tables: Sequence[FixtureTables]) -> _Cases:
         k_max = max(t.fixture.draft_len for t in tables)
         v_max = max(t.fixture.vocab_size for t in tables)
-        s_max = max(1, *(len(s) for t in tables for path in t.paths for s in path.stop_sets))
+        s_max = max([1, *(len(s) for t in tables for path in t.paths for s in path.stop_sets)])
         owner: list[int] = []
         path_index: list[int] = []
         for f, t in enumerate(tables):
@@ -244,6 +244,8 @@ def enumerate_fixtures(
 ) -> list[FixtureEnumeration]:
     """Run the exact oracle on every fixture; ``decide`` defaults to the real ``decide_from_uniforms``."""
     decide_fn = decide or _real_decide
+    if not tables:
+        return []
     cases = _Cases.build(tables)
     results = [FixtureEnumeration(tables=t) for t in tables]
     tallies = [_Tally() for _ in tables]

@@ -43,10 +43,11 @@ PROBABILITY_TOLERANCE = 1e-12
 
 
 def _check_rate(value: float, what: str) -> float:
+    """A probability in [0, 1]; float64 rounding of at most :data:`PROBABILITY_TOLERANCE` is clamped."""
     rate = float(value)
-    if not math.isfinite(rate) or rate < 0.0 or rate > 1.0:
+    if not (-PROBABILITY_TOLERANCE <= rate <= 1.0 + PROBABILITY_TOLERANCE):
         raise LedgerDeclarationError(f"{what} must be a probability in [0, 1], got {value!r}")
-    return rate
+    return min(1.0, max(0.0, rate))
 
 
 def survival_from_reach(reach_rates: Sequence[float]) -> tuple[float, ...]:

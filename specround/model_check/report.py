@@ -28,6 +28,8 @@ Progress = Callable[[str, int, int], None]
 
 MUTATION_RANDOM_FIXTURES = 20
 """Random fixtures (besides the named ones) each mutation is run against."""
+MC_MIN_SEQUENCES = 8
+"""A random fixture gets Monte Carlo only if its target joint has at least this many sequences."""
 
 
 @dataclass(frozen=True)
@@ -164,9 +166,13 @@ def run_checks(options: CheckOptions | None = None, progress: Progress | None = 
 
         if opts.mc_samples > 0:
             started = time.perf_counter()
-            chosen = list(range(n_named)) + list(
-                range(n_named, n_named + min(opts.mc_random_fixtures, opts.random_fixtures))
-            )
+            # Random fixtures with a non-trivial joint (a one-cell joint leaves nothing to test).
+            rich = [
+                i
+                for i in range(n_named, len(tables))
+                if sum(1 for p in tables[i].target_joint.values() if p > 0) >= MC_MIN_SEQUENCES
+            ]
+            chosen = list(range(n_named)) + rich[: opts.mc_random_fixtures]
             alternative = enumerate_fixtures([tables[i] for i in chosen], MUTATIONS[ALTERNATIVE])
             for n, (index, wrong) in enumerate(zip(chosen, alternative, strict=True), start=1):
                 exact = enumerated[index]

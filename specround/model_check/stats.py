@@ -127,10 +127,12 @@ def chi_square_test(
     named = dict(alternatives or {})
     pooled = pool_cells(expected, observed, *named.values())
     pooled_expected, pooled_observed = pooled[0], pooled[1]
-    df = max(1, len(pooled_expected) - 1)
+    df = len(pooled_expected) - 1
     statistic = math.fsum(
         (o - e) ** 2 / e for o, e in zip(pooled_observed, pooled_expected, strict=True) if e > 0
     )
+    if df < 1:  # one cell: the law is a point mass and there is nothing to test
+        return ChiSquareTest(samples, len(pooled_expected), 0, statistic, 1.0, alpha, math.inf, {})
     critical = chi2_critical(alpha, df)
     power: dict[str, float] = {}
     for name, pooled_alt in zip(named, pooled[2:], strict=True):

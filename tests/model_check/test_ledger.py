@@ -83,7 +83,12 @@ def test_unreachable_rate_is_refused() -> None:
     assert survival_from_reach([0.5, 0.0, 0.0]) == (1.0, 0.5, 0.0, 0.0)
 
 
-@pytest.mark.parametrize("bad", [[1.2], [-0.1], [math.nan]])
+def test_rounding_above_one_is_clamped() -> None:
+    assert survival_from_pmf([0.0, 1.0000000000000002]) == (1.0, 1.0)
+    assert survival_from_reach([1.0000000000000002]) == (1.0, 1.0)
+
+
+@pytest.mark.parametrize("bad", [[1.2], [-0.1], [math.nan], [1.0 + 1e-9]])
 def test_rates_must_be_probabilities(bad: list[float]) -> None:
     with pytest.raises(LedgerDeclarationError):
         survival_from_reach(bad)
