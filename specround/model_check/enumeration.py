@@ -38,6 +38,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -402,7 +403,7 @@ def _leaves(
         )
 
 
-def _as_lists(dec: SamplerDecision) -> dict[str, list[object]]:
+def _as_lists(dec: SamplerDecision) -> dict[str, list[Any]]:
     return {
         "output_ids": dec.output_ids.tolist(),
         "emitted": dec.emitted.tolist(),
@@ -439,19 +440,20 @@ def _leaf(
     lo_point: int,
     hi_point: int,
     mass: float,
-    lo: dict[str, list[object]],
-    hi: dict[str, list[object]],
+    lo: dict[str, list[Any]],
+    hi: dict[str, list[Any]],
 ) -> None:
+    """Check leaf ``n`` (one branch and terminal token) and add its mass to the fixture's joint."""
     tables = result.tables
     fixture = tables.fixture
     path = tables.paths[cases.path_index[branch.case]]
     k = fixture.draft_len
     tally.leaves += 1
-    emitted = int(lo["emitted"][n])  # type: ignore[call-overload]
-    output = [int(x) for x in lo["output_ids"][n]][:emitted]  # type: ignore[attr-defined]
+    emitted = int(lo["emitted"][n])
+    output = [int(x) for x in lo["output_ids"][n]][:emitted]
     finished = bool(lo["finished"][n])
-    accepted = int(lo["accepted"][n])  # type: ignore[call-overload]
-    drew = int(lo["terminal_draws"][n]) == 1  # type: ignore[call-overload]
+    accepted = int(lo["accepted"][n])
+    drew = int(lo["terminal_draws"][n]) == 1
 
     # Both ends of the interval, and unreached uniforms moved: the same outcome (monotone, no hidden reads).
     for name in _OUTCOME_FIELDS:
@@ -478,14 +480,14 @@ def _leaf(
         tally.fail("INV-10 emitted = accepted drafts + terminal")
     if emitted != len(expected) or finished != expected_finished:
         tally.fail("INV-2 progress = min(A + 1, H)")
-    if int(lo["accept_draws"][n]) != expected_draws or int(lo["terminal_draws"][n]) != expected_terminal:  # type: ignore[call-overload]
+    if int(lo["accept_draws"][n]) != expected_draws or int(lo["terminal_draws"][n]) != expected_terminal:
         tally.fail("INV-3 draws = reached tests + terminal")
 
     if drew:
         # The decision's own inverse-CDF bracket must be the interval the oracle located.
-        z = float(lo["residual_mass"][n])  # type: ignore[arg-type]
-        before = float(lo["before"][n])  # type: ignore[arg-type]
-        own = float(lo["token_mass"][n])  # type: ignore[arg-type]
+        z = float(lo["residual_mass"][n])
+        before = float(lo["before"][n])
+        own = float(lo["token_mass"][n])
         gap = max(abs(before / z - lo_point / GRID), abs((before + own) / z - (hi_point + 1) / GRID))
         tally.error("INV-10 bracket = located interval", gap)
         tally.brackets += 1
