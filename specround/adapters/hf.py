@@ -160,7 +160,11 @@ class HFTarget:
             self._check_ids(ids, "token", InvalidRequestError)
             self._check_room(request_id, len(ids) + 1)
         for request_id, ids in requests.items():
-            req = _Request(cache=DynamicCache(config=self.model.config))
+            try:
+                cache = DynamicCache(config=self.model.config)
+            except TypeError:  # transformers releases before the config argument
+                cache = DynamicCache()
+            req = _Request(cache=cache)
             if ids:
                 self._run(req, [int(t) for t in ids], 0)
             req.token_ids.extend(int(t) for t in ids)

@@ -9,7 +9,14 @@ from specround.adapters.llama.chat import ChatTemplate
 from specround.adapters.llama.config import LlamaConfig
 from specround.adapters.llama.gguf_loader import default_gguf_path, read_gguf
 from specround.adapters.llama.model import LlamaModel
-from specround.adapters.llama.store import CachedModel, cache_root, entry_key, read_entry, write_entry
+from specround.adapters.llama.store import (
+    CachedModel,
+    cache_root,
+    discard_entry,
+    entry_key,
+    read_entry,
+    write_entry,
+)
 from specround.adapters.llama.tokenizer import LlamaTokenizer
 from specround.adapters.llama.weights import random_weights
 from specround.errors import ModelLoadError
@@ -63,6 +70,7 @@ def load_llama(
             chat_template=parsed.tokenizer.chat_template,
         )
         if use_cache:
+            discard_entry(root, key)  # a damaged entry would otherwise shadow the new one forever
             write_entry(root, cached)
     tokenizer = cached.tokenizer
     chat = None

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from specround.adapters.llama.config import LlamaConfig
 from specround.adapters.llama.weights import LayerWeights, LlamaWeights
+from specround.errors import InvalidRequestError
 
 __all__ = ["AttentionRows", "FreshCausal", "LlamaModel", "RotaryEmbedding", "rms_norm"]
 
@@ -104,7 +105,7 @@ class LlamaModel:
         """
         depth = self.config.num_layers if num_layers is None else num_layers
         if not 1 <= depth <= self.config.num_layers:
-            raise ValueError(f"num_layers must lie in 1..{self.config.num_layers}, got {depth}")
+            raise InvalidRequestError(f"num_layers must lie in 1..{self.config.num_layers}, got {depth}")
         x = F.embedding(token_ids, self.weights.embed)  # [Q, H]
         cos, sin = self.rotary.cos_sin(positions)  # [Q, 1, D] each
         mask = attention.mask[None, None]  # [1, 1, Q, Kv]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -24,7 +25,15 @@ from specround.adapters.llama.tokenizer import LlamaTokenizer
 from specround.adapters.llama.weights import LlamaWeights
 from specround.errors import ModelLoadError
 
-__all__ = ["FORMAT_VERSION", "CachedModel", "cache_root", "entry_key", "read_entry", "write_entry"]
+__all__ = [
+    "FORMAT_VERSION",
+    "CachedModel",
+    "cache_root",
+    "discard_entry",
+    "entry_key",
+    "read_entry",
+    "write_entry",
+]
 
 FORMAT_VERSION = 1
 """Bumped whenever the converted layout changes; part of every key."""
@@ -79,8 +88,17 @@ def read_entry(root: Path, key: str) -> CachedModel | None:
             eot_id=special["eot_id"],
             add_bos=special["add_bos"],
         )
-    except (OSError, KeyError, TypeError, ValueError, RuntimeError, ModelLoadError):
-        return None
+    except (
+        OSError,
+        EOFError,
+        KeyError,
+        TypeError,
+        ValueError,
+        RuntimeError,
+        pickle.UnpicklingError,
+        ModelLoadError,
+    ):
+        return None  # absent, half-deleted or damaged: a miss (see :func:`discard_entry`)
     return CachedModel(
         name=str(meta["name"]),
         key=key,
@@ -123,3 +141,19 @@ def write_entry(root: Path, model: CachedModel) -> bool:
         shutil.rmtree(staging, ignore_errors=True)
         return final.exists()
     return True
+
+
+def discard_entry(root: Path, key: str) -> None:
+    """Remove an entry (a damaged one, before it is rewritten).
+
+    The entry is renamed away first, so that no reader ever sees it half-deleted.
+    """
+    final = root / f"gguf-{key}"
+    if not final.exists():
+        return
+    try:
+        trash = Path(tempfile.mkdtemp(prefix=f".trash-{key}-", dir=root))
+        os.rename(final, trash / "entry")
+    except OSError:
+        return
+    shutil.rmtree(trash, ignore_errors=True)
