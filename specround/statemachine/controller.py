@@ -217,7 +217,6 @@ class RoundController:
             raise InvalidRequestError(f"validate must be 'read' or 'full', got {validate!r}")
         self._log = log
         self._faults = faults
-        self._fault_points = faults.points if faults is not None else frozenset()
         self._validate: ValidationMode = validate
         self._row_digests = row_digests
         self._live: dict[str, _Live] = {}
@@ -536,9 +535,9 @@ class RoundController:
         )
 
     def _fault(self, point: FaultPoint, rnd: _Round) -> None:
-        if point in self._fault_points:
-            assert self._faults is not None
-            self._faults.check(point, rnd.request_id, rnd.generation)
+        faults = self._faults
+        if faults is not None and point in faults.points:
+            faults.check(point, rnd.request_id, rnd.generation)
 
 
 def _token_tuple(values: Sequence[int] | torch.Tensor, name: str) -> tuple[int, ...]:

@@ -87,12 +87,14 @@ class FaultPlan:
     rules: tuple[FaultRule, ...] = ()
     _remaining: list[int | None] = field(init=False, repr=False)
     _fired: list[tuple[FaultPoint, str, int]] = field(init=False, repr=False)
+    _points: frozenset[FaultPoint] = field(init=False, repr=False)
     _lock: threading.Lock = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.rules = tuple(self.rules)
         self._remaining = [rule.times for rule in self.rules]
         self._fired = []
+        self._points = frozenset(rule.point for rule in self.rules)
         self._lock = threading.Lock()
 
     @classmethod
@@ -116,7 +118,14 @@ class FaultPlan:
     @property
     def points(self) -> frozenset[FaultPoint]:
         """Every point some rule targets (lets the controller skip the others cheaply)."""
-        return frozenset(rule.point for rule in self.rules)
+        return self._points
+
+    def add(self, rule: FaultRule) -> None:
+        """Arm one more rule (e.g. between the steps of a test)."""
+        with self._lock:
+            self.rules = (*self.rules, rule)
+            self._remaining.append(rule.times)
+            self._points = self._points | {rule.point}
 
     @property
     def fired(self) -> tuple[tuple[FaultPoint, str, int], ...]:
