@@ -1,6 +1,6 @@
 """``specround bench sampler``: the exact sampler against the memory it must read, in one run.
 
-For each batch size B (K drafts, vocabulary V, float32 rows on CPU) four operations are timed, interleaved
+For each batch size B (K drafts, vocabulary V, float32 rows on CPU) these operations are timed, interleaved
 repetition by repetition after warm-up repetitions, and summarised by their medians:
 
 ``sampler``
@@ -11,9 +11,11 @@ repetition by repetition after warm-up repetitions, and summarised by their medi
     The physical minimum the sampler must read: the gathered ``p_i(d_i)``, ``q_i(d_i)`` plus one ``p`` row and
     one ``q`` row per request (the terminal rows of the sampler's own decision), as a plain pass that sums
     those rows with float64 accumulation -- the accumulation the exact sampler is required to use (0x03D).
-    ``minimum_read`` is the same pass with accumulation in the rows' own dtype, the cheapest plain read.
+    The target is stated against this pass. ``minimum_read`` is the same pass accumulating in the rows' own
+    dtype: the cheapest plain read of those bytes, a stricter floor.
 ``full_pass``
-    One pass over all of ``p`` and ``q`` (row sums, float64 accumulation).
+    One pass over all of ``p`` and ``q``, row sums with float64 accumulation; ``full_read`` is the same in the
+    rows' own dtype.
 
 Inputs are realistic and seeded: target rows are a softmax of random logits, draft rows a softmax of the
 target logits plus noise (acceptance rates like a well-matched draft model), and drafts are sampled from
@@ -47,7 +49,7 @@ SAMPLER_TARGET_RATIO = 1.5
 """Target: at the largest batch size the sampler takes at most this multiple of the minimum pass."""
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
-_OPERATIONS = ("sampler", "sampler_full", "minimum_pass", "minimum_read", "full_pass")
+_OPERATIONS = ("sampler", "sampler_full", "minimum_pass", "minimum_read", "full_pass", "full_read")
 
 
 class SamplerBenchCase(BaseModel):
@@ -61,11 +63,13 @@ class SamplerBenchCase(BaseModel):
     minimum_pass_ms: float
     minimum_read_ms: float
     full_pass_ms: float
+    full_read_ms: float
     sampler_over_minimum: float
     sampler_full_over_minimum: float
     sampler_over_minimum_read: float
     sampler_over_full_pass: float
     sampler_full_over_full_pass: float
+    sampler_full_over_full_read: float
     minimum_over_full_pass: float
     mean_accepted: float
     """Mean accepted drafts per request in the benchmark's decision (how realistic the inputs are)."""
@@ -123,10 +127,8 @@ def make_sampler_inputs(
     )
 
 
-def _minimum_passes(
-    batch: SamplerBatch,
-) -> tuple[Callable[[], object], Callable[[], object], Callable[[], object]]:
-    """(minimum pass with float64 accumulation, minimum read in the rows' dtype, full pass) over ``batch``."""
+def _reference_passes(batch: SamplerBatch) -> dict[str, Callable[[], object]]:
+    """The plain reference passes over ``batch``: minimum and full, float64 or native accumulation."""
     p, q, ids = batch.p, batch.q, batch.draft_ids
     n_batch, k_max = ids.shape
     vocab = p.shape[2]
@@ -147,10 +149,15 @@ def _minimum_passes(
         q_sum = q_flat.index_select(0, q_index).sum(-1, dtype=accumulate) if k_max > 0 else p_sum  # [B]
         return (p_at, q_at, p_sum, q_sum)
 
-    def full_pass() -> object:
-        return (p.sum(-1, dtype=torch.float64), q.sum(-1, dtype=torch.float64))
+    def full(accumulate: torch.dtype | None) -> object:
+        return (p.sum(-1, dtype=accumulate), q.sum(-1, dtype=accumulate))  # [B, K+1], [B, K]
 
-    return (lambda: minimum(torch.float64)), (lambda: minimum(None)), full_pass
+    return {
+        "minimum_pass": partial(minimum, torch.float64),
+        "minimum_read": partial(minimum, None),
+        "full_pass": partial(full, torch.float64),
+        "full_read": partial(full, None),
+    }
 
 
 def run_sampler_bench(
@@ -186,12 +193,10 @@ def _run(
     for size in batch_sizes:
         batch = make_sampler_inputs(size, draft_len, vocab, seed=seed + size)
         batches[size] = batch
-        minimum_pass, minimum_read, full_pass = _minimum_passes(batch)
         operations[(size, "sampler")] = partial(decide, batch)
         operations[(size, "sampler_full")] = partial(decide, batch, validate="full")
-        operations[(size, "minimum_pass")] = minimum_pass
-        operations[(size, "minimum_read")] = minimum_read
-        operations[(size, "full_pass")] = full_pass
+        for name, operation in _reference_passes(batch).items():
+            operations[(size, name)] = operation
     samples: dict[tuple[int, str], list[float]] = {key: [] for key in operations}
     for repetition in range(warmup + repeats):
         for key, operation in operations.items():
@@ -214,11 +219,13 @@ def _run(
                 minimum_pass_ms=median["minimum_pass"],
                 minimum_read_ms=median["minimum_read"],
                 full_pass_ms=median["full_pass"],
+                full_read_ms=median["full_read"],
                 sampler_over_minimum=median["sampler"] / median["minimum_pass"],
                 sampler_full_over_minimum=median["sampler_full"] / median["minimum_pass"],
                 sampler_over_minimum_read=median["sampler"] / median["minimum_read"],
                 sampler_over_full_pass=median["sampler"] / median["full_pass"],
                 sampler_full_over_full_pass=median["sampler_full"] / median["full_pass"],
+                sampler_full_over_full_read=median["sampler_full"] / median["full_read"],
                 minimum_over_full_pass=median["minimum_pass"] / median["full_pass"],
                 mean_accepted=float(decision.accepted.to(torch.float64).mean()),
                 terminal_counts={kind.name.lower(): kinds.count(kind.name.lower()) for kind in TerminalKind},
