@@ -52,6 +52,7 @@ from specround.statemachine.ports import (
     RoundPublication,
     StoredEvent,
 )
+from specround.statemachine.records import record_bytes
 
 __all__ = ["MemoryEventLog"]
 
@@ -139,8 +140,7 @@ class MemoryEventLog:
         for publication in publications:
             _check_publication(publication)
         encoded = [
-            [(event, canonical_bytes(event)) for event in publication.events()]
-            for publication in publications
+            [(event, record_bytes(event)) for event in publication.events()] for publication in publications
         ]
         with self._lock:
             self._require_open()

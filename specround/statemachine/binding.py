@@ -16,7 +16,6 @@ canonical bytes directly; it equals ``round_coordinate(...).digest()`` (tested).
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +23,7 @@ from specround.canonical import canonical_bytes, digest
 from specround.errors import InvalidRequestError
 from specround.sampling.coordinate import BackendIdentity, RoundCoordinate
 from specround.sampling.types import Stream
+from specround.statemachine.records import canonical_text
 from specround.statemachine.staging import RequestSnapshot
 from specround.statemachine.state import RequestConfig
 
@@ -137,5 +137,4 @@ def coordinate_digest(
 ) -> str:
     """``round_coordinate(config, snapshot).digest()``, computed without building the model."""
     document = _document(config, snapshot, target_config_digest or snapshot.chain.config_digest())
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(canonical_text(document).encode("utf-8")).hexdigest()

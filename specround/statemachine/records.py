@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-__all__ = ["assemble", "record_bytes", "record_digest", "register_record"]
+__all__ = ["assemble", "canonical_text", "record_bytes", "record_digest", "register_record"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -72,17 +72,20 @@ def _nested(value: Any) -> Any:
     raise TypeError(f"value of type {type(value).__name__} has no canonical JSON form")
 
 
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_nested
+)
+"""One encoder with the canonical settings of :mod:`specround.canonical`, built once."""
+
+
+def canonical_text(value: Any) -> str:
+    """Canonical JSON text of a JSON-able value (what ``canonical_bytes`` encodes), with a reused encoder."""
+    return _ENCODER.encode(value)
+
+
 def record_bytes(record: BaseModel) -> bytes:
     """Canonical JSON bytes of a registered record (equal to ``canonical_bytes(record)``)."""
-    text = json.dumps(
-        record.__dict__,
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-        default=_nested,
-    )
-    return text.encode("utf-8")
+    return _ENCODER.encode(record.__dict__).encode("utf-8")
 
 
 def record_digest(record: BaseModel) -> str:

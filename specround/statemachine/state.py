@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specround.canonical import digest
 from specround.sampling.types import Layout
-from specround.statemachine.records import record_digest, register_record
+from specround.statemachine.records import canonical_text, record_digest, register_record
 
 __all__ = [
     "TOKEN_FOLD_SEED",
@@ -153,7 +153,7 @@ def state_digest(state: RequestState, output_fold: bytes, cache_fold: bytes) -> 
         "request_id": state.request_id,
         "rng": {"accept": state.rng.accept, "proposal": state.rng.proposal, "terminal": state.rng.terminal},
     }
-    return digest(document)
+    return hashlib.sha256(canonical_text(document).encode("utf-8")).hexdigest()
 
 
 class SpeculativeCommit(BaseModel):
