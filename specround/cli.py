@@ -6,6 +6,8 @@ Each command parses and validates its options, calls into the library, and rende
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 app = typer.Typer(
@@ -211,6 +213,217 @@ def check(
         console = Console()
         render_report(report, console if console.is_terminal else Console(width=200))
     if not report.passed:
+        raise typer.Exit(1)
+
+
+_LOG_HELP = (
+    "The event log: a SQLite file path, or a SQLAlchemy URL (sqlite:///..., postgresql+psycopg://...)."
+)
+
+
+@app.command()
+def replay(
+    log: str = typer.Argument(..., help=_LOG_HELP),
+    request: str | None = typer.Option(None, "--request", help="Replay only this request id."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Rebuild every request from its events alone and compare with the log's head state digests (INV-8)."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from specround.adapters.sql import SqlEventLog
+    from specround.audit import replay_against_heads
+    from specround.errors import SpecroundError
+
+    try:
+        event_log = SqlEventLog.open(log, create=False)
+        try:
+            checks = replay_against_heads(event_log, request)
+        finally:
+            event_log.close()
+    except SpecroundError as exc:
+        typer.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    ok = bool(checks) and all(c.ok for c in checks)
+    if as_json:
+        rows = [
+            {
+                "request_id": c.request_id,
+                "ok": c.ok,
+                "events": c.events,
+                "rounds": c.rounds,
+                "generation": c.generation,
+                "state_digest": c.state_digest,
+                "head_generation": c.head_generation,
+                "head_digest": c.head_digest,
+                "error": c.error,
+            }
+            for c in checks
+        ]
+        typer.echo(json.dumps({"ok": ok, "requests": rows}, indent=2))
+    else:
+        table = Table(title=f"replay of {log}")
+        for column in (
+            "request",
+            "events",
+            "rounds",
+            "generation",
+            "replayed digest",
+            "head digest",
+            "result",
+        ):
+            table.add_column(column)
+        for c in checks:
+            verdict = "[green]match[/green]" if c.ok else f"[red]MISMATCH[/red] {c.error or ''}"
+            table.add_row(
+                c.request_id,
+                str(c.events),
+                str(c.rounds),
+                str(c.generation),
+                (c.state_digest or "-")[:16],
+                (c.head_digest or "-")[:16],
+                verdict,
+            )
+        Console().print(table)
+        if not checks:
+            typer.echo("no such request" if request is not None else "the log holds no requests")
+    if not ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def audit(
+    log: str = typer.Argument(..., help=_LOG_HELP),
+    request: Annotated[
+        list[str] | None, typer.Option("--request", help="Audit only these request ids (repeatable).")
+    ] = None,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Verify hash chains, replay every request, and re-derive every decision (INV-1..INV-10)."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from specround.adapters.sql import SqlEventLog
+    from specround.audit import audit_log
+    from specround.errors import SpecroundError
+
+    try:
+        event_log = SqlEventLog.open(log, create=False)
+        try:
+            report = audit_log(event_log, request or None)
+        finally:
+            event_log.close()
+    except SpecroundError as exc:
+        typer.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if as_json:
+        summary = report.summary()
+        summary["per_request"] = [
+            {
+                "request_id": r.request_id,
+                "ok": r.ok,
+                "events": r.events,
+                "rounds": r.rounds,
+                "generation": r.generation,
+            }
+            for r in report.requests
+        ]
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        console = Console()
+        table = Table(title=f"audit of {log}")
+        for column in ("request", "events", "rounds", "generation", "finished", "result"):
+            table.add_column(column)
+        for r in report.requests:
+            verdict = "[green]clean[/green]" if r.ok else f"[red]{len(r.findings)} finding(s)[/red]"
+            table.add_row(
+                r.request_id, str(r.events), str(r.rounds), str(r.generation), str(r.finished), verdict
+            )
+        console.print(table)
+        if report.findings:
+            findings = Table(title="findings")
+            for column in ("invariant", "kind", "request", "seq", "round", "message"):
+                findings.add_column(column)
+            for f in report.findings:
+                findings.add_row(
+                    f.invariant,
+                    f.kind,
+                    f.request_id,
+                    str(f.seq if f.seq is not None else "-"),
+                    f.round_id or "-",
+                    f.message,
+                )
+            console.print(findings)
+        verdict = "clean" if report.ok else f"{len(report.findings)} finding(s) {report.counts()}"
+        console.print(
+            f"{len(report.requests)} requests, {report.events} events, {report.rounds} rounds: {verdict}"
+        )
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def faults(
+    db: str | None = typer.Option(
+        None, "--db", help=f"{_LOG_HELP} Default: a temporary SQLite file; 'memory' for the in-memory log."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Inject F-1..F-6 on both layouts and five round shapes; exit 0 only if every cell holds and audits."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from specround.audit import FAULT_MATRIX_SHAPES, run_fault_matrix
+    from specround.errors import SpecroundError
+    from specround.statemachine.ports import EventLog
+
+    with tempfile.TemporaryDirectory(prefix="specround-faults-") as scratch:
+        try:
+            event_log: EventLog
+            if db == "memory":
+                from specround.adapters.memory_log import MemoryEventLog
+
+                event_log, name = MemoryEventLog(), "memory"
+            else:
+                from specround.adapters.sql import SqlEventLog
+
+                location = db if db is not None else str(Path(scratch) / "faults.sqlite")
+                event_log, name = SqlEventLog.open(location, create=True), db or "temporary SQLite file"
+            try:
+                report = run_fault_matrix(event_log, log_name=name)
+            finally:
+                event_log.close()
+        except SpecroundError as exc:
+            typer.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+            raise typer.Exit(2) from exc
+    if as_json:
+        typer.echo(json.dumps({"ok": report.ok, **report.model_dump()}, indent=2))
+    else:
+        table = Table(title=f"fault matrix on {report.log}")
+        table.add_column("point")
+        table.add_column("layout")
+        for shape in FAULT_MATRIX_SHAPES:
+            table.add_column(shape.name)
+        by_row: dict[tuple[str, str], dict[str, str]] = {}
+        for cell in report.cells:
+            mark = f"[green]{cell.verdict}[/green]" if cell.ok else f"[red]FAILED[/red] {cell.detail}"
+            by_row.setdefault((cell.point, cell.layout), {})[cell.shape] = mark
+        for (point, layout), marks in by_row.items():
+            short = layout.removesuffix("_frontier")
+            table.add_row(point, short, *(marks.get(s.name, "-") for s in FAULT_MATRIX_SHAPES))
+        console = Console()
+        console.print(table)
+        passed = sum(cell.ok for cell in report.cells)
+        console.print(f"{passed}/{len(report.cells)} cells held and audited clean")
+    if not report.ok:
         raise typer.Exit(1)
 
 

@@ -17,7 +17,7 @@ and its upcasters). The state digest is extended from token folds in O(emitted) 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,15 @@ from specround.statemachine.records import assemble
 from specround.statemachine.staging import RequestSnapshot, open_snapshot, stage_kv, stage_successor
 from specround.statemachine.state import RequestConfig, RequestState, RngCounters, SpeculativeCommit
 
-__all__ = ["ReplayedRequest", "replay_events", "replay_log", "replay_request", "replay_states"]
+__all__ = [
+    "ReplayedRequest",
+    "ReplayedRound",
+    "RoundObserver",
+    "replay_events",
+    "replay_log",
+    "replay_request",
+    "replay_states",
+]
 
 _OPENED = "request_opened"
 _TERMINALS = ("correction", "bonus", "stop")
@@ -58,12 +66,38 @@ class ReplayedRequest:
         return self.snapshot.state
 
 
+@dataclass(frozen=True, slots=True)
+class ReplayedRound:
+    """One replayed round, handed to a :data:`RoundObserver` after it was accepted."""
+
+    config: RequestConfig
+    start: RequestSnapshot
+    """S_0 (with its processor chain)."""
+    successor: RequestSnapshot
+    """S_1 as replay staged it."""
+    round_id: str
+    seq: int
+    """Seq of the round's ``round_published`` event."""
+    ready: dict[str, Any]
+    verified: dict[str, Any]
+    decided: dict[str, Any]
+    staged: dict[str, Any]
+    published: dict[str, Any]
+
+
+RoundObserver = Callable[[ReplayedRound], None]
+"""Called for every round replay accepts (the audit re-derives decisions there)."""
+
+
 class _Fold:
     """Folds the events of one request, in seq order, into its state."""
 
-    def __init__(self, first: StoredEvent, verify_hashes: bool) -> None:
+    def __init__(
+        self, first: StoredEvent, verify_hashes: bool, observer: RoundObserver | None = None
+    ) -> None:
         self.request_id = first.request_id
         self.verify_hashes = verify_hashes
+        self.observer = observer
         self.expected_seq = 0
         self.prev_hash = GENESIS_HASH
         self.round: list[dict[str, Any]] = []
@@ -145,7 +179,7 @@ class _Fold:
     # --- per round --------------------------------------------------------------------------------------
 
     def _fold_round(self, event: StoredEvent) -> None:
-        ready, _verified, decided, staged, published = self.round
+        ready, verified, decided, staged, published = self.round
         start = self.snapshot
         s0 = start.state
         rng = s0.rng
@@ -251,6 +285,21 @@ class _Fold:
         )
         if published["commit_digest"] != commit.digest():
             raise fail("the commit digest does not match the round's events")
+        if self.observer is not None:
+            self.observer(
+                ReplayedRound(
+                    config=self.config,
+                    start=start,
+                    successor=successor,
+                    round_id=self.round_id,
+                    seq=event.seq,
+                    ready=ready,
+                    verified=verified,
+                    decided=decided,
+                    staged=staged,
+                    published=published,
+                )
+            )
         self.previous = start
         self.snapshot = successor
         self.last_round_id = self.round_id
@@ -277,8 +326,13 @@ class _Fold:
         )
 
 
-def replay_events(events: Iterable[StoredEvent], *, verify_hashes: bool = True) -> Iterator[ReplayedRequest]:
-    """Replay a stream ordered by (request, seq), yielding each request as soon as its events end."""
+def replay_events(
+    events: Iterable[StoredEvent], *, verify_hashes: bool = True, on_round: RoundObserver | None = None
+) -> Iterator[ReplayedRequest]:
+    """Replay a stream ordered by (request, seq), yielding each request as soon as its events end.
+
+    ``on_round`` is called with every round replay accepted, in order.
+    """
     fold: _Fold | None = None
     seen: set[str] = set()
     for event in events:
@@ -292,14 +346,16 @@ def replay_events(events: Iterable[StoredEvent], *, verify_hashes: bool = True) 
                 f"events of request {event.request_id!r} are not contiguous in the stream"
             )
         seen.add(event.request_id)
-        fold = _Fold(event, verify_hashes)
+        fold = _Fold(event, verify_hashes, on_round)
     if fold is not None:
         yield fold.finish()
 
 
-def replay_request(events: Iterable[StoredEvent], *, verify_hashes: bool = True) -> ReplayedRequest:
+def replay_request(
+    events: Iterable[StoredEvent], *, verify_hashes: bool = True, on_round: RoundObserver | None = None
+) -> ReplayedRequest:
     """Replay the events of exactly one request."""
-    replayed = list(replay_events(events, verify_hashes=verify_hashes))
+    replayed = list(replay_events(events, verify_hashes=verify_hashes, on_round=on_round))
     if len(replayed) != 1:
         raise LogIntegrityError(f"expected the events of one request, got {len(replayed)} requests")
     return replayed[0]
