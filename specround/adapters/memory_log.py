@@ -265,6 +265,7 @@ def _stream(snapshot: list[tuple[str, list[_StoredRow]]]) -> Iterator[StoredEven
                 generation=row.generation,
                 schema_version=row.schema_version,
                 payload=json.loads(row.payload),
+                payload_bytes=row.payload,
                 prev_hash=row.prev_hash,
                 hash=row.hash,
                 recorded_at=row.recorded_at,

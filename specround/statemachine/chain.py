@@ -28,8 +28,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
+from specround.canonical import GENESIS_HASH, chain_hash
 from specround.statemachine.ports import LogHead, StoredEvent
+from specround.statemachine.records import canonical_text
 
 __all__ = ["ChainFinding", "ChainFindingKind", "verify_chain"]
 
@@ -88,7 +89,9 @@ def verify_chain(events: Iterable[StoredEvent], head: LogHead | None = None) -> 
     edited: set[int] = set()
     for index, event in enumerate(unique):
         payload = event.payload
-        if chain_hash(event.prev_hash, canonical_bytes(payload)) != event.hash:
+        raw = event.payload_bytes
+        data = raw if raw is not None else canonical_text(payload).encode("utf-8")
+        if chain_hash(event.prev_hash, data) != event.hash:
             report(ChainFindingKind.EDITED, event.seq, "the stored hash does not match the payload")
             edited.add(index)
         elif (

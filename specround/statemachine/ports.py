@@ -55,6 +55,10 @@ class StoredEvent:
     hash: str
     recorded_at: float
     """Unix time at which the log stored the event."""
+    payload_bytes: bytes | None = None
+    """The canonical bytes exactly as stored and hashed, when the log has them (``payload`` is decoded from
+    them). Readers then verify the chain over these bytes instead of re-serialising ``payload``; a log that
+    does not keep them leaves None."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
+from specround.canonical import GENESIS_HASH, chain_hash
 from specround.errors import LogIntegrityError, SpecroundError
 from specround.statemachine.events import EVENT_SCHEMA_VERSION, ROUND_EVENT_KINDS, RequestOpened, parse_event
 from specround.statemachine.ports import EventLog, StoredEvent
-from specround.statemachine.records import assemble
+from specround.statemachine.records import assemble, canonical_text
 from specround.statemachine.staging import RequestSnapshot, open_snapshot, stage_kv, stage_successor
 from specround.statemachine.state import RequestConfig, RequestState, RngCounters, SpeculativeCommit
 
@@ -139,8 +139,11 @@ class _Fold:
         if event.prev_hash != self.prev_hash:
             raise self._error(event, "prev_hash does not link to the previous event (dropped or reordered)")
         payload = event.payload
-        if self.verify_hashes and chain_hash(event.prev_hash, canonical_bytes(payload)) != event.hash:
-            raise self._error(event, "hash does not match the payload (edited event)")
+        if self.verify_hashes:
+            stored = event.payload_bytes
+            data = stored if stored is not None else canonical_text(payload).encode("utf-8")
+            if chain_hash(event.prev_hash, data) != event.hash:
+                raise self._error(event, "hash does not match the payload (edited event)")
         if payload.get("kind") != event.kind or payload.get("request_id") != event.request_id:
             raise self._error(event, "the envelope disagrees with the payload's kind or request id")
         if payload.get("schema_version") != EVENT_SCHEMA_VERSION:

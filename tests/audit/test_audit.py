@@ -74,8 +74,9 @@ class StaticLog:
 def _rechain(events: list[StoredEvent]) -> list[StoredEvent]:
     out, prev = [], GENESIS_HASH
     for event in events:
-        new_hash = chain_hash(prev, canonical_bytes(event.payload))
-        out.append(dataclasses.replace(event, prev_hash=prev, hash=new_hash))
+        data = canonical_bytes(event.payload)
+        new_hash = chain_hash(prev, data)
+        out.append(dataclasses.replace(event, prev_hash=prev, hash=new_hash, payload_bytes=data))
         prev = new_hash
     return out
 

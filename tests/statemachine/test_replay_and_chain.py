@@ -37,14 +37,20 @@ def _rechain(events: list[StoredEvent]) -> list[StoredEvent]:
     out = []
     prev = GENESIS_HASH
     for seq, event in enumerate(events):
-        new_hash = chain_hash(prev, canonical_bytes(event.payload))
-        out.append(dataclasses.replace(event, seq=seq, prev_hash=prev, hash=new_hash))
+        data = canonical_bytes(event.payload)
+        new_hash = chain_hash(prev, data)
+        out.append(dataclasses.replace(event, seq=seq, prev_hash=prev, hash=new_hash, payload_bytes=data))
         prev = new_hash
     return out
 
 
+def _with_payload(event: StoredEvent, payload: dict[str, Any], **envelope: Any) -> StoredEvent:
+    """The event with another payload, as a row whose stored text was edited would read back."""
+    return dataclasses.replace(event, payload=payload, payload_bytes=canonical_bytes(payload), **envelope)
+
+
 def _edit(event: StoredEvent, **changes: Any) -> StoredEvent:
-    return dataclasses.replace(event, payload={**event.payload, **changes})
+    return _with_payload(event, {**event.payload, **changes})
 
 
 def test_replay_reproduces_the_live_states_and_their_digests() -> None:
@@ -153,10 +159,8 @@ def test_each_tampering_is_reported_by_name() -> None:
         assert _kinds(swapped, head) == [ChainFindingKind.REORDERED], index
     # A forged event with a correctly computed link next to a real one forks the chain.
     forged_payload = {**events[3].payload, "emitted_ids": [0]}
-    forged = dataclasses.replace(
-        events[3],
-        payload=forged_payload,
-        hash=chain_hash(events[3].prev_hash, canonical_bytes(forged_payload)),
+    forged = _with_payload(
+        events[3], forged_payload, hash=chain_hash(events[3].prev_hash, canonical_bytes(forged_payload))
     )
     assert _kinds([*events[:4], forged, *events[4:]], head) == [ChainFindingKind.INSERTED]
     # A forged, well-linked event after the head.
@@ -167,15 +171,15 @@ def test_each_tampering_is_reported_by_name() -> None:
         prev_hash=events[-1].hash,
         hash=chain_hash(events[-1].hash, canonical_bytes(tail_payload)),
     )
-    tail = dataclasses.replace(tail, payload=tail_payload)
+    tail = _with_payload(tail, tail_payload)
     assert _kinds([*events, tail], head) == [ChainFindingKind.INSERTED]
 
 
 def test_a_payload_edited_together_with_its_hash_is_still_reported() -> None:
     events, head = _chain()
     payload = {**events[6].payload, "draft_ids": [0, 0, 0]}
-    rehashed = dataclasses.replace(
-        events[6], payload=payload, hash=chain_hash(events[6].prev_hash, canonical_bytes(payload))
+    rehashed = _with_payload(
+        events[6], payload, hash=chain_hash(events[6].prev_hash, canonical_bytes(payload))
     )
     kinds = _kinds([*events[:6], rehashed, *events[7:]], head)
     assert kinds and set(kinds) <= {
@@ -192,3 +196,14 @@ def test_an_envelope_that_disagrees_with_its_payload_is_an_edit() -> None:
     assert _kinds(moved, head) == [ChainFindingKind.EDITED]
     renumbered = [*events[:3], *(dataclasses.replace(e, seq=e.seq + 1) for e in events[3:])]
     assert _kinds(renumbered, head) == [ChainFindingKind.EDITED]
+
+
+def test_logs_without_stored_bytes_are_verified_by_re_serialising() -> None:
+    events, head = _chain()
+    bare = [dataclasses.replace(e, payload_bytes=None) for e in events]
+    assert verify_chain(bare, head) == []
+    assert replay_request(bare).state == replay_request(events).state
+    edited = [*bare[:4], dataclasses.replace(bare[4], payload={**bare[4].payload, "accepted": 0}), *bare[5:]]
+    assert _kinds(edited, head) == [ChainFindingKind.EDITED]
+    with pytest.raises(LogIntegrityError, match="edited"):
+        replay_request(edited)
