@@ -6,9 +6,10 @@ instruction for its model adapter. Typical use::
 
     log = MemoryEventLog()                      # or SqlEventLog.open("run.sqlite")
     ctl = RoundController(log)
-    ctl.open_request([1, 4, 7], seed=3, max_new_tokens=32, vocab_size=V)
-    digest = ctl.coordinate_digest(request_id)  # bind the proposal to the round coordinate
-    [result] = ctl.step([RoundInput(request_id, digest, draft_ids, q_rows, p_rows, branch=handle)])
+    rid = ctl.open_request([1, 4, 7], seed=3, max_new_tokens=32, vocab_size=V).request_id
+    digest = ctl.coordinate_digest(rid)         # bind the proposal to the round coordinate
+    [result] = ctl.step([RoundInput(rid, digest, draft_ids, q_rows, p_rows, branch=handle)])
+    adapter.commit(rid, result.kv.branch, result.kv.keep)   # what the model adapter keeps
 
 A **step** drives the rounds of a batch through the lifecycle together (:mod:`.lifecycle`): one batched
 sampler call (:func:`specround.sampling.exact.decide`) and one group-committed
@@ -250,10 +251,15 @@ class RoundController:
 
         ``processors`` is a :class:`ProcessorChain` or its spec (``to_spec()``); ``stop_token_ids`` and
         ``stop_sequences`` are appended to it as one stop-sequence processor (EOS is a one-token sequence).
-        ``coordinate`` holds the static identities bound into every round coordinate (model ids, backend,
-        draft processors, vocabulary mapping). Every argument is validated before anything is logged
-        (:class:`~specround.errors.InvalidRequestError` and its siblings). Opening an already-open request
-        with the identical configuration returns its current state; with a different one it is refused.
+        ``coordinate`` holds the static identities bound into every round coordinate: ``target_model_id``,
+        ``draft_model_id``, ``backend`` (``dtype``, ``attention_path``, ``software_revision``),
+        ``draft_processors_digest`` and ``vocab_digest`` (undeclared ones are ``"unspecified"``).
+        ``prompt_advances_processors`` chooses whether G_0 is the chain advanced over the prompt (default)
+        or the declared chain itself (for a grammar of the generated text only).
+
+        Every argument is validated before anything is logged (:class:`~specround.errors.InvalidRequestError`
+        and its siblings). Opening an already-open request with the identical configuration returns its
+        current state; with a different one it is refused.
         """
         config = self._build_config(
             prompt_ids,
@@ -345,11 +351,11 @@ class RoundController:
 
     def step(self, inputs: Sequence[RoundInput]) -> list[RoundResult]:
         """Run one step end to end: propose, verify, decide, stage, publish. Results in input order."""
-        step = self.begin_step([item.proposal() for item in inputs])
-        step.verify([item.verification() for item in inputs])
-        step.decide()
-        step.stage()
-        return step.publish()
+        with self.begin_step([item.proposal() for item in inputs]) as step:  # aborts if anything raises
+            step.verify([item.verification() for item in inputs])
+            step.decide()
+            step.stage()
+            return step.publish()
 
     def run_round(self, item: RoundInput) -> RoundResult:
         """One request's round as a step of one; raises the round's error unless it published or acked."""
@@ -702,7 +708,19 @@ class Step:
             return self.results()
         error = reason if isinstance(reason, SpecroundError) else IllegalTransitionError(str(reason))
         for rnd in self._live_rounds():
-            self._abort_round(rnd, error)
+            if rnd.phase is RoundPhase.PUBLISHED:  # already durable: only the acknowledgement is lost
+                rnd.live.in_flight = False
+                rnd.result = RoundResult(
+                    request_id=rnd.request_id,
+                    round_id=rnd.round_id,
+                    status=RoundStatus.UNACKNOWLEDGED,
+                    phase=RoundPhase.PUBLISHED,
+                    generation=rnd.generation,
+                    state=None,
+                    error=error,
+                )
+            else:
+                self._abort_round(rnd, error)
         if self._fsm.state is not RoundPhase.PUBLISHED:
             self._fire(Trigger.ABORT)
         return self._close(RoundPhase.ABORTED)

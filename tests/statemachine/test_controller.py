@@ -464,3 +464,25 @@ def test_row_digests_are_logged_when_asked(event_log: EventLog) -> None:
     payloads = {e.kind: e.payload for e in event_log.events("r")}
     assert len(payloads["round_ready"]["q_rows_digest"]) == 64
     assert len(payloads["round_verified"]["p_rows_digest"]) == 64
+
+
+class _BrokenLog(_FailingLog):
+    """Fails publish with an exception that is not part of the library's tree (a bug in an adapter)."""
+
+    def publish(self, publications: list[RoundPublication]) -> list[PublishOutcome]:
+        if self.failing:
+            raise RuntimeError("driver bug")
+        return self.inner.publish(publications)
+
+
+def test_an_unexpected_error_aborts_the_step_and_leaves_the_controller_usable(event_log: EventLog) -> None:
+    broken = _BrokenLog(event_log)
+    controller = RoundController(broken)  # type: ignore[arg-type]
+    controller.open_request(PROMPT, seed=1, vocab_size=V, request_id="r", max_new_tokens=8)
+    item = scripted_input(controller, "r", (5,), 1, 9)
+    before = log_fingerprint(event_log)
+    with pytest.raises(RuntimeError):
+        controller.step([item])
+    assert log_fingerprint(event_log) == before and controller.state("r").generation == 0
+    broken.failing = False
+    assert controller.run_round(item).status is RoundStatus.PUBLISHED  # no round left in flight
