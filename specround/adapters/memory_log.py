@@ -22,6 +22,8 @@ EventLog contract suite runs the same tests against this log and the SQL one:
      generation = the request's current generation; nothing appended;
   3. current generation != ``expected_generation`` -> ``STALE_GENERATION``, outcome generation = the
      current generation (the one that won); nothing appended;
+  3a. the request finished at the expected generation -> :class:`~specround.errors.RequestFinishedError`
+     for the whole call (a caller bug), nothing appended;
   4. otherwise the five events are appended with consecutive seqs and chained hashes, all with the
      envelope generation ``expected_generation + 1``; the head moves to that generation, the last event's
      seq and hash, the publication's successor digest and finished flag -> ``PUBLISHED``.
@@ -43,7 +45,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
-from specround.errors import InvalidRequestError, LogUnavailableError
+from specround.errors import InvalidRequestError, LogUnavailableError, RequestFinishedError
 from specround.statemachine.events import RequestOpened
 from specround.statemachine.ports import (
     LogHead,
@@ -168,6 +170,11 @@ class MemoryEventLog:
                         status, generation = PublishStatus.DUPLICATE_ROUND, head.generation
                 elif head.generation != publication.expected_generation:
                     status, generation = PublishStatus.STALE_GENERATION, head.generation
+                elif head.finished:
+                    raise RequestFinishedError(
+                        f"request {request_id!r} finished at generation {head.generation}; round "
+                        f"{publication.round_id!r} cannot extend it"
+                    )
                 else:
                     generation = publication.expected_generation + 1
                     prev_hash, seq = head.hash, head.seq

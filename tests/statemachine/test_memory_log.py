@@ -150,3 +150,16 @@ def test_closed_log_refuses_every_call() -> None:
         list(log.events())
     with pytest.raises(LogUnavailableError):
         log.publish([])
+
+
+def test_a_finished_request_cannot_be_extended() -> None:
+    from specround.errors import RequestFinishedError
+
+    log = _opened_log("a", "b")
+    log.publish([publication("a", "r1", 0, finished=True)])
+    before = list(log.events())
+    with pytest.raises(RequestFinishedError):
+        log.publish([publication("b", "b1", 0), publication("a", "r2", 1, token=5)])
+    assert list(log.events()) == before
+    [stale] = log.publish([publication("a", "r3", 0, token=6)])
+    assert stale.status is PublishStatus.STALE_GENERATION
