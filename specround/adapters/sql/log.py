@@ -22,10 +22,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+import weakref
+from collections.abc import Callable, Generator, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -136,6 +138,8 @@ class SqlEventLog:
         self._location = location
         self._sql = _Statements(engine.dialect.paramstyle, location.backend == "postgresql")
         self._closed = False
+        self._streams: weakref.WeakSet[Generator[StoredEvent, None, None]] = weakref.WeakSet()
+        """Event streams not yet exhausted: each holds a connection (and a read transaction) until it ends."""
 
     @classmethod
     def open(
@@ -258,11 +262,19 @@ class SqlEventLog:
         return self._write("publish rounds", attempt)
 
     def events(self, request_id: str | None = None) -> Iterator[StoredEvent]:
-        """Stream stored events in (request, seq) order, for one request or all of them."""
+        """Stream stored events in (request, seq) order, for one request or all of them.
+
+        The query runs when the first event is requested, in one read transaction (a snapshot: rounds
+        published after that are not part of this stream). An unfinished stream holds a connection until
+        it is exhausted, closed, garbage-collected or the log is closed.
+        """
         self._check_open()
         if request_id is None:
-            return self._stream(self._sql.all_events, ())
-        return self._stream(self._sql.request_events, (request_id,))
+            stream = self._stream(self._sql.all_events, ())
+        else:
+            stream = self._stream(self._sql.request_events, (request_id,))
+        self._streams.add(stream)
+        return stream
 
     def request_ids(self) -> list[str]:
         """Every request id in the log, sorted (byte-wise, as Python sorts ``str``)."""
@@ -291,9 +303,14 @@ class SqlEventLog:
         return self._read("read a head", read)
 
     def close(self) -> None:
-        """Release the connection pool; every later call raises LogUnavailableError."""
+        """Close unfinished event streams and the pool; every later call raises LogUnavailableError."""
         if not self._closed:
             self._closed = True
+            for stream in list(self._streams):
+                # Ends its read transaction and returns its connection (ValueError: another thread is
+                # iterating it right now; it releases the connection when it ends).
+                with contextlib.suppress(ValueError):
+                    stream.close()
             self._engine.dispose()
 
     def __enter__(self) -> Self:
@@ -357,7 +374,7 @@ class SqlEventLog:
                 known[(row[0], row[1])] = PublishedRound(int(row[2]), row[3])
         return known
 
-    def _stream(self, sql: str, parameters: tuple[Any, ...]) -> Iterator[StoredEvent]:
+    def _stream(self, sql: str, parameters: tuple[Any, ...]) -> Generator[StoredEvent, None, None]:
         loads = json.loads
         with db_errors("read events"), self._engine.connect() as connection:
             connection = connection.execution_options(**{READ_ONLY: True}, yield_per=STREAM_BATCH)

@@ -47,14 +47,20 @@ def postgres_base_url() -> str:
 
 
 def schema_url(base_url: str, schema: str) -> str:
-    """``base_url`` with ``search_path`` set to ``schema`` (libpq ``options``)."""
-    url = make_url(base_url).update_query_dict({"options": f"-csearch_path={schema}"})
+    """``base_url`` with ``search_path`` set to ``schema`` and the connections named after it."""
+    url = make_url(base_url).update_query_dict(
+        {"options": f"-csearch_path={schema}", "application_name": schema}
+    )
     return url.render_as_string(hide_password=False)
 
 
 @pytest.fixture
 def postgres_url(postgres_base_url: str) -> Iterator[str]:
-    """A URL whose tables live in a fresh, empty schema that is dropped after the test."""
+    """A URL whose tables live in a fresh, empty schema that is dropped after the test.
+
+    Connections a failed test left open (their ``application_name`` is the schema's name) are ended first,
+    so a leftover lock can never stall the suite.
+    """
     schema = f"specround_test_{uuid.uuid4().hex[:12]}"
     admin = create_engine(postgres_base_url)
     with admin.begin() as connection:
@@ -63,6 +69,14 @@ def postgres_url(postgres_base_url: str) -> Iterator[str]:
         yield schema_url(postgres_base_url, schema)
     finally:
         with admin.begin() as connection:
+            connection.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = :name AND pid <> pg_backend_pid()"
+                ),
+                {"name": schema},
+            )
+            connection.execute(text("SET LOCAL lock_timeout = '30s'"))
             connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
 

@@ -200,6 +200,21 @@ def test_a_reader_keeps_its_snapshot(log_url: str) -> None:
     log.close()
 
 
+def test_closing_the_log_ends_unfinished_streams(log_url: str) -> None:
+    log = SqlEventLog.open(log_url)
+    cfg, state = opened(log, "req-a")
+    log.publish([p for p, _ in run_rounds(cfg, state, 2)])
+    stream = log.events()
+    next(stream)  # holds a connection and a read transaction now
+    log.close()
+    with pytest.raises(StopIteration):
+        next(stream)
+    # Nothing is left holding the database: a new handle can migrate-check, write and read at once.
+    again = SqlEventLog.open(log_url)
+    assert len(list(again.events("req-a"))) == 11
+    again.close()
+
+
 # --- driver errors ----------------------------------------------------------------------------------------
 
 
