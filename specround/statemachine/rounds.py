@@ -161,7 +161,8 @@ class RoundResult:
     phase: RoundPhase
     """The round's last lifecycle phase (``PUBLISHED`` or ``ABORTED``)."""
     generation: int
-    """The request's generation the caller should now hold (the published one, or the unchanged one)."""
+    """The request's generation the caller should now hold (the published one, or the unchanged one);
+    -1 when the proposal named a request the controller could not resolve."""
     state: RequestState | None
     """The published successor (PUBLISHED/ACKNOWLEDGED), else None."""
     emitted_ids: tuple[int, ...] = ()

@@ -1,0 +1,184 @@
+"""Assembling one sampler batch from a step's rounds, and turning the batched decision into events.
+
+The step calls :func:`build_batch` once per group of rounds that share vocabulary size, dtype and device,
+runs ONE :func:`~specround.sampling.exact.decide` on it, and hands the decision to
+:func:`record_decisions`, which extracts every field with one ``tolist`` per tensor and builds each round's
+``round_decided`` event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import torch
+
+from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision, TerminalKind
+from specround.statemachine.events import RoundDecided
+from specround.statemachine.records import assemble
+from specround.statemachine.state import FinishReason, TerminalName
+from specround.statemachine.work import RoundWork
+
+__all__ = [
+    "TERMINAL_NAMES",
+    "build_batch",
+    "finite_or_none",
+    "record_decisions",
+    "rows_digest",
+    "signed64",
+    "terminal_probabilities",
+]
+
+TERMINAL_NAMES: dict[int, TerminalName] = {
+    int(TerminalKind.CORRECTION): "correction",
+    int(TerminalKind.BONUS): "bonus",
+    int(TerminalKind.STOP): "stop",
+}
+"""Terminal kinds by their sampler code."""
+
+
+def signed64(value: int) -> int:
+    """Read any integer modulo 2**64 as a signed int64 (the bit pattern a seed tensor stores)."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= (1 << 63) else value
+
+
+def finite_or_none(value: float) -> float | None:
+    """None for NaN (canonical JSON refuses NaN), the value otherwise."""
+    return None if value != value else value
+
+
+def build_batch(group: Sequence[RoundWork]) -> SamplerBatch:
+    """Pad a group's rows into one :class:`SamplerBatch` (rows never read are uniform, hence valid)."""
+    first = group[0]
+    assert first.p_rows is not None
+    vocab, dtype, device = first.p_rows.shape[-1], first.p_rows.dtype, first.p_rows.device
+    lens = [len(r.draft_ids) for r in group]
+    k_max = max(lens)
+    n = len(group)
+    if all(k == k_max for k in lens):
+        p = torch.stack([r.p_rows for r in group if r.p_rows is not None])  # [B, K+1, V]
+        q = torch.stack([r.q_rows for r in group])  # [B, K, V]
+    else:
+        p = torch.full((n, k_max + 1, vocab), 1.0 / vocab, dtype=dtype, device=device)  # [B, K+1, V]
+        q = torch.full((n, k_max, vocab), 1.0 / vocab, dtype=dtype, device=device)  # [B, K, V]
+        for b, rnd in enumerate(group):
+            assert rnd.p_rows is not None
+            k = lens[b]
+            p[b, : k + 1] = rnd.p_rows
+            if k:
+                q[b, :k] = rnd.q_rows
+    draft_ids = [list(r.draft_ids) + [PAD_ID] * (k_max - len(r.draft_ids)) for r in group]
+    stop_rows: list[list[list[int]]] = []
+    width = 1
+    for rnd in group:
+        if rnd.live.has_stop_automaton:
+            sets = [sorted(s) for s in rnd.start.chain.stop_sets_along(rnd.draft_ids)]
+        else:
+            sets = [[] for _ in range(len(rnd.draft_ids) + 1)]
+        sets += [[] for _ in range(k_max + 1 - len(sets))]
+        width = max(width, *(len(s) for s in sets))
+        stop_rows.append(sets)
+    stop_ids = [[s + [PAD_ID] * (width - len(s)) for s in sets] for sets in stop_rows]
+    states = [r.start.state for r in group]
+    configs = [r.live.config for r in group]
+
+    def ints(values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int64, device=device)
+
+    return SamplerBatch(
+        p=p,
+        q=q,
+        draft_ids=torch.tensor(draft_ids, dtype=torch.int64, device=device).reshape(n, k_max),  # [B, K]
+        draft_lens=ints(lens),  # [B]
+        stop_ids=torch.tensor(stop_ids, dtype=torch.int64, device=device),  # [B, K+1, S]
+        remaining=ints(
+            [c.max_new_tokens - (len(s.output) - s.prompt_len) for c, s in zip(configs, states, strict=True)]
+        ),
+        seeds=ints([signed64(c.seed) for c in configs]),
+        accept_counters=ints([s.rng.accept for s in states]),
+        terminal_counters=ints([s.rng.terminal for s in states]),
+    )
+
+
+def record_decisions(group: Sequence[RoundWork], batch: SamplerBatch, decision: SamplerDecision) -> None:
+    """Turn one batched decision into each round's ``round_decided`` event (plain Python values)."""
+    output_ids = decision.output_ids.tolist()
+    emitted = decision.emitted.tolist()
+    accepted = decision.accepted.tolist()
+    terminal = decision.terminal.tolist()
+    finished = decision.finished.tolist()
+    by_token = decision.stopped_by_token.tolist()
+    accept_draws = decision.accept_draws.tolist()
+    terminal_draws = decision.terminal_draws.tolist()
+    p_draft = decision.p_draft.tolist()
+    q_draft = decision.q_draft.tolist()
+    accept_uniforms = decision.accept_uniforms.tolist()
+    terminal_uniform = decision.terminal_uniform.tolist()
+    terminal_row = decision.terminal_row.tolist()
+    residual_mass = decision.residual_mass.tolist()
+    mass_before = decision.terminal_mass_before.tolist()
+    token_mass = decision.terminal_token_mass.tolist()
+    degenerate = decision.degenerate_correction.tolist()
+    terminal_p, terminal_q = terminal_probabilities(batch, decision)
+    for b, rnd in enumerate(group):
+        k = len(rnd.draft_ids)
+        n_emitted = emitted[b]
+        kind = TERMINAL_NAMES[terminal[b]]
+        done = bool(finished[b])
+        reason: FinishReason | None = ("stop" if by_token[b] else "length") if done else None
+        draws = accept_draws[b]
+        has_terminal = terminal_draws[b] == 1
+        rnd.p_draft = tuple(p_draft[b][:k])
+        rnd.q_draft = tuple(q_draft[b][:k])
+        state = rnd.start.state
+        rnd.decided = assemble(
+            RoundDecided,
+            dict(
+                request_id=rnd.request_id,
+                round_id=rnd.round_id,
+                accepted=accepted[b],
+                terminal=kind,
+                emitted_ids=tuple(output_ids[b][:n_emitted]),
+                accept_counter=state.rng.accept,
+                accept_draws=draws,
+                accept_uniforms=tuple(accept_uniforms[b][:draws]),
+                terminal_counter=state.rng.terminal,
+                terminal_draws=terminal_draws[b],
+                terminal_uniform=terminal_uniform[b] if has_terminal else None,
+                terminal_row=terminal_row[b] if has_terminal else None,
+                residual_mass=finite_or_none(residual_mass[b]) if has_terminal else None,
+                terminal_mass_before=finite_or_none(mass_before[b]) if has_terminal else None,
+                terminal_token_mass=finite_or_none(token_mass[b]) if has_terminal else None,
+                terminal_p=terminal_p[b] if has_terminal else None,
+                terminal_q=terminal_q[b] if has_terminal else None,
+                degenerate_correction=bool(degenerate[b]),
+                finished=done,
+                finish_reason=reason,
+            ),
+        )
+
+
+def terminal_probabilities(batch: SamplerBatch, decision: SamplerDecision) -> tuple[list[float], list[float]]:
+    """P of each terminal token in its row, and q in the rejected position's row (0 for a bonus or stop)."""
+    n, k_max = batch.draft_ids.shape
+    index = torch.arange(n, device=batch.p.device)  # [B]
+    counts = decision.emitted.clamp_min(1)  # [B]
+    last = decision.output_ids.gather(1, (counts - 1)[:, None]).squeeze(1).clamp_min(0)  # [B]
+    rows = decision.terminal_row.clamp_min(0)  # [B]
+    p_t = batch.p[index, rows, last].to(torch.float64)  # [B]
+    if k_max == 0:
+        return p_t.tolist(), [0.0] * n
+    q_t = batch.q[index, rows.clamp_max(k_max - 1), last].to(torch.float64)  # [B]
+    q_t = torch.where(decision.terminal == int(TerminalKind.CORRECTION), q_t, 0.0)
+    return p_t.tolist(), q_t.tolist()
+
+
+def rows_digest(rows: torch.Tensor | None) -> str | None:
+    """SHA-256 over the dtype, shape and bytes of full probability rows (None for no rows)."""
+    if rows is None:
+        return None
+    data = rows.detach().to("cpu").contiguous()
+    h = hashlib.sha256(f"{data.dtype}|{tuple(data.shape)}|".encode("ascii"))
+    h.update(data.numpy().tobytes())
+    return h.hexdigest()

@@ -1,0 +1,546 @@
+"""A step: the rounds of one engine iteration driven through the lifecycle together (DESIGN §6).
+
+One trigger per phase for the whole batch, one batched sampler decision per group of compatible rounds,
+one group-committed publication; each round keeps its own phase, fence and outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import torch
+
+from specround.errors import (
+    DuplicateRoundError,
+    EventLogError,
+    IllegalTransitionError,
+    InjectedFaultError,
+    InputError,
+    InvalidRequestError,
+    ShapeMismatchError,
+    SpecroundError,
+    StaleGenerationError,
+)
+from specround.sampling.exact import decide
+from specround.sampling.types import Layout
+from specround.sampling.validation import ValidationMode
+from specround.statemachine.batching import build_batch, record_decisions, rows_digest
+from specround.statemachine.events import RoundPublished, RoundReady, RoundStaged, RoundVerified
+from specround.statemachine.faults import FaultPlan, FaultPoint
+from specround.statemachine.lifecycle import RoundPhase, Trigger, next_phase
+from specround.statemachine.ports import EventLog, PublishOutcome, PublishStatus, RoundPublication
+from specround.statemachine.records import assemble
+from specround.statemachine.rounds import (
+    KvInstruction,
+    RoundProposal,
+    RoundResult,
+    RoundStatus,
+    RoundVerification,
+)
+from specround.statemachine.staging import stage_kv, stage_successor
+from specround.statemachine.state import RngCounters, SpeculativeCommit
+from specround.statemachine.work import LastRound, RoundWork
+
+__all__ = ["Step", "StepFsm", "StepSettings", "refused_result"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepSettings:
+    """What a step needs from its controller."""
+
+    log: EventLog
+    faults: FaultPlan | None
+    validate: ValidationMode
+    row_digests: bool
+    release: Callable[[StepFsm], None]
+    """Hands the step's machine model back to the controller's pool."""
+
+    def fault(self, point: FaultPoint, work: RoundWork) -> None:
+        """Raise :class:`~specround.errors.InjectedFaultError` if the plan fails this round here."""
+        faults = self.faults
+        if faults is not None and point in faults.points:
+            faults.check(point, work.request_id, work.generation)
+
+
+class StepFsm:
+    """The model the lifecycle machine drives for one step (pooled and reused across steps)."""
+
+    state: RoundPhase
+    step: Step | None = None
+
+    if TYPE_CHECKING:
+
+        def trigger(self, name: str) -> bool:
+            """Fire a lifecycle trigger (bound by ``Machine.add_model``)."""
+            ...
+
+    def write_publication(self) -> None:
+        """``before`` callback of ``publish``: the durable group commit (never in ``on_enter``)."""
+        assert self.step is not None
+        self.step._write_publication()
+
+
+def refused_result(proposal: RoundProposal, error: SpecroundError, generation: int) -> RoundResult:
+    """The result of a proposal refused before its round opened."""
+    return RoundResult(
+        request_id=proposal.request_id,
+        round_id=proposal.round_id,
+        status=RoundStatus.ABORTED,
+        phase=RoundPhase.ABORTED,
+        generation=generation,
+        state=None,
+        error=error,
+    )
+
+
+class Step:
+    """The rounds of one engine iteration, driven through the lifecycle together.
+
+    Obtain one from :meth:`RoundController.begin_step`; call :meth:`verify`, :meth:`decide`, :meth:`stage`
+    and :meth:`publish` in order (or :meth:`abort` at any point before publication). Usable as a context
+    manager that aborts whatever is unfinished on exit.
+    """
+
+    def __init__(self, settings: StepSettings, fsm: StepFsm, size: int) -> None:
+        """Internal: steps are created by :meth:`RoundController.begin_step`."""
+        self._settings = settings
+        self._fsm = fsm
+        fsm.step = self
+        self._rounds: list[RoundWork] = []
+        self._results: list[RoundResult | None] = [None] * size
+        """Results in proposal order: refused proposals at once, the other rounds when the step closes."""
+        self._outcomes: list[PublishOutcome] | None = None
+        self._closed = False
+        self._final_phase = RoundPhase.ROUND_READY
+
+    @property
+    def phase(self) -> RoundPhase:
+        """The step's lifecycle phase (rounds that failed on their own are ``ABORTED`` regardless)."""
+        return self._fsm.state if not self._closed else self._final_phase
+
+    @property
+    def request_ids(self) -> list[str]:
+        """Requests with a round in this step that has not been aborted."""
+        return [r.request_id for r in self._rounds if r.phase is not RoundPhase.ABORTED]
+
+    def __enter__(self) -> Step:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if not self._closed:
+            self.abort("the step was left before publication")
+
+    # --- phases -----------------------------------------------------------------------------------------
+
+    def verify(self, verifications: Iterable[RoundVerification]) -> None:
+        """Hand in each round's p rows [k+1, V] and branch handle (-> ``VERIFIED_TEMPORARY``); F-1."""
+        self._require(Trigger.VERIFY)
+        by_request: dict[str, RoundVerification] = {}
+        for item in verifications:
+            by_request.setdefault(item.request_id, item)
+        for rnd in self._live_rounds():
+            try:
+                found = by_request.get(rnd.request_id)
+                if found is None:
+                    raise InvalidRequestError(f"no verification for request {rnd.request_id!r}")
+                self._attach_verification(rnd, found)
+                self._settings.fault(FaultPoint.AFTER_VERIFICATION, rnd)
+            except SpecroundError as error:
+                self._abort_round(rnd, error)
+                continue
+            rnd.phase = next_phase(rnd.phase, Trigger.VERIFY)
+        self._fire(Trigger.VERIFY)
+
+    def decide(self) -> None:
+        """One batched exact decision for every live round (-> ``DECIDED``); F-2."""
+        self._require(Trigger.DECIDE)
+        rounds = self._live_rounds()
+        groups: dict[tuple[int, torch.dtype, torch.device], list[RoundWork]] = {}
+        for rnd in rounds:
+            assert rnd.p_rows is not None
+            groups.setdefault((rnd.p_rows.shape[-1], rnd.p_rows.dtype, rnd.p_rows.device), []).append(rnd)
+        for group in groups.values():
+            self._decide_group(group)
+        for rnd in self._live_rounds():
+            try:
+                self._settings.fault(FaultPoint.AFTER_DECISION, rnd)
+            except SpecroundError as error:
+                self._abort_round(rnd, error)
+                continue
+            rnd.phase = next_phase(rnd.phase, Trigger.DECIDE)
+        self._fire(Trigger.DECIDE)
+
+    def stage(self) -> None:
+        """Stage every live round's successor off to the side and validate it (-> ``STAGED``); F-3, F-4."""
+        self._require(Trigger.STAGE)
+        for rnd in self._live_rounds():
+            try:
+                self._stage_round(rnd)
+            except SpecroundError as error:
+                self._abort_round(rnd, error)
+                continue
+            rnd.phase = next_phase(rnd.phase, Trigger.STAGE)
+        self._fire(Trigger.STAGE)
+
+    def publish(self) -> list[RoundResult]:
+        """F-5, then ONE group-committed publish under each request's generation fence; F-6. Returns results.
+
+        A log failure (e.g. :class:`~specround.errors.LogUnavailableError`) aborts every round of the step:
+        the log's contract is that a failed transaction appended nothing.
+        """
+        self._require(Trigger.PUBLISH)
+        for rnd in self._live_rounds():
+            try:
+                self._settings.fault(FaultPoint.BEFORE_PUBLICATION, rnd)
+            except SpecroundError as error:
+                self._abort_round(rnd, error)
+        if not self._live_rounds():
+            self._fire(Trigger.ABORT)
+            return self._close(RoundPhase.ABORTED)
+        try:
+            self._fire(Trigger.PUBLISH)
+        except Exception as exc:  # the durable append failed: by the log's contract nothing was appended
+            failure = exc if isinstance(exc, SpecroundError) else EventLogError(f"publish failed: {exc!r}")
+            for rnd in self._live_rounds():
+                self._abort_round(rnd, failure)
+            self._fire(Trigger.ABORT)
+            results = self._close(RoundPhase.ABORTED)
+            if not isinstance(exc, SpecroundError):
+                raise
+            return results
+        assert self._outcomes is not None
+        for rnd, outcome in zip(self._live_rounds(), self._outcomes, strict=True):
+            self._settle(rnd, outcome.status, outcome.generation)
+        return self._close(RoundPhase.PUBLISHED)
+
+    def abort(self, reason: str | SpecroundError = "aborted by the caller") -> list[RoundResult]:
+        """Abort every round that is not finished yet (nothing is published); returns the results."""
+        if self._closed:
+            return self.results()
+        error = reason if isinstance(reason, SpecroundError) else IllegalTransitionError(str(reason))
+        for rnd in self._live_rounds():
+            if rnd.phase is RoundPhase.PUBLISHED:  # already durable: only the acknowledgement is lost
+                rnd.live.in_flight = False
+                rnd.result = RoundResult(
+                    request_id=rnd.request_id,
+                    round_id=rnd.round_id,
+                    status=RoundStatus.UNACKNOWLEDGED,
+                    phase=RoundPhase.PUBLISHED,
+                    generation=rnd.generation,
+                    state=None,
+                    error=error,
+                )
+            else:
+                self._abort_round(rnd, error)
+        if self._fsm.state is not RoundPhase.PUBLISHED:
+            self._fire(Trigger.ABORT)
+        return self._close(RoundPhase.ABORTED)
+
+    def results(self) -> list[RoundResult]:
+        """Every round's result in proposal order (available once the step is published or aborted)."""
+        if not self._closed:
+            raise IllegalTransitionError(f"the step is in phase {self._fsm.state.name}, not finished")
+        results = []
+        for index, result in enumerate(self._results):
+            assert result is not None, f"round {index} has no result"
+            results.append(result)
+        return results
+
+    # --- internals ------------------------------------------------------------------------------------
+
+    def _require(self, trigger: str) -> None:
+        if self._closed:
+            raise IllegalTransitionError(f"trigger {trigger!r}: the step is already finished")
+        next_phase(self._fsm.state, trigger)
+
+    def _fire(self, trigger: str) -> None:
+        self._fsm.trigger(trigger)  # bound by ``Machine.add_model``
+
+    def _live_rounds(self) -> list[RoundWork]:
+        return [r for r in self._rounds if r.phase is not RoundPhase.ABORTED and r.result is None]
+
+    def _abort_round(self, rnd: RoundWork, error: SpecroundError) -> None:
+        rnd.phase = next_phase(rnd.phase, Trigger.ABORT)
+        rnd.error = error
+        rnd.live.in_flight = False
+        state = rnd.live.current.state
+        rnd.result = RoundResult(
+            request_id=rnd.request_id,
+            round_id=rnd.round_id,
+            status=RoundStatus.ABORTED,
+            phase=RoundPhase.ABORTED,
+            generation=state.generation,
+            state=None,
+            kv=KvInstruction(
+                layout=rnd.live.config.layout,
+                branch=rnd.branch,
+                keep=0,
+                committed_token_ids=(),
+                discarded_rows=tuple(range(len(rnd.draft_ids) + 1)),
+                discarded_token_ids=(rnd.start.state.output[-1], *rnd.draft_ids),
+                new_frontier=None,
+                new_frontier_position=None,
+                materialize_frontier=False,
+            ),
+            error=error,
+        )
+
+    def _close(self, final: RoundPhase) -> list[RoundResult]:
+        for rnd in self._rounds:
+            assert rnd.result is not None
+            self._results[rnd.index] = rnd.result
+        self._closed = True
+        self._final_phase = final
+        self._settings.release(self._fsm)
+        return self.results()
+
+    def _attach_verification(self, rnd: RoundWork, verification: RoundVerification) -> None:
+        p_rows = verification.p_rows
+        k, vocab = len(rnd.draft_ids), rnd.live.config.vocab_size
+        if not isinstance(p_rows, torch.Tensor) or p_rows.dim() != 2 or tuple(p_rows.shape) != (k + 1, vocab):
+            shape = tuple(p_rows.shape) if isinstance(p_rows, torch.Tensor) else type(p_rows).__name__
+            raise ShapeMismatchError(f"p rows of {rnd.request_id!r} must be [{k + 1}, {vocab}], got {shape}")
+        if not p_rows.dtype.is_floating_point:
+            raise ShapeMismatchError(
+                f"p rows of {rnd.request_id!r} must be floating point, got {p_rows.dtype}"
+            )
+        q_rows = rnd.q_rows
+        if k and (q_rows.dtype != p_rows.dtype or q_rows.device != p_rows.device):
+            raise ShapeMismatchError(
+                f"q rows ({q_rows.dtype}, {q_rows.device}) and p rows ({p_rows.dtype}, {p_rows.device}) of "
+                f"{rnd.request_id!r} must share dtype and device"
+            )
+        if not k:
+            rnd.q_rows = q_rows.to(dtype=p_rows.dtype, device=p_rows.device)
+        default_rows = k + 1 if rnd.live.config.layout is Layout.REPLAY_FRONTIER else k
+        rows = verification.verify_rows if verification.verify_rows is not None else default_rows
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            raise InvalidRequestError(f"verify_rows must be a non-negative integer, got {rows!r}")
+        rnd.p_rows, rnd.branch, rnd.verify_rows = p_rows, verification.branch, rows
+
+    def _decide_group(self, group: list[RoundWork]) -> None:
+        """Decide one group of rounds sharing V, dtype and device; isolate bad input to its own round."""
+        validate = self._settings.validate
+        batch = build_batch(group)
+        try:
+            decision = decide(batch, validate=validate)
+        except InputError:
+            survivors: list[RoundWork] = []
+            for rnd in group:
+                try:
+                    decide(build_batch([rnd]), validate=validate)
+                except InputError as error:
+                    self._abort_round(rnd, error)
+                    continue
+                survivors.append(rnd)
+            if not survivors:
+                return
+            group = survivors
+            batch = build_batch(group)
+            decision = decide(batch, validate=validate)
+        record_decisions(group, batch, decision)
+
+    def _stage_round(self, rnd: RoundWork) -> None:
+        decided = rnd.decided
+        assert decided is not None
+        start = rnd.start
+        s0 = start.state
+        # K/V rows: commit [F_0] + accepted drafts before the final token, discard the rest (INV-5).
+        kv = stage_kv(s0, rnd.draft_ids, decided.emitted_ids)
+        rnd.kv = kv
+        self._settings.fault(FaultPoint.AFTER_KV_STAGING, rnd)
+        # Output, processors (INV-4), RNG counters (INV-3), generation; validated by token identity (INV-1).
+        before = s0.rng
+        rng_after = assemble(
+            RngCounters,
+            dict(
+                proposal=before.proposal + rnd.proposal_draws,
+                accept=before.accept + decided.accept_draws,
+                terminal=before.terminal + decided.terminal_draws,
+            ),
+        )
+        successor = stage_successor(
+            start,
+            decided.emitted_ids,
+            kv.committed_token_ids,
+            rng_after,
+            finished=decided.finished,
+            finish_reason=decided.finish_reason,
+        )
+        rnd.successor = successor
+        self._settings.fault(FaultPoint.AFTER_OUTPUT_STAGING, rnd)
+        config = rnd.live.config
+        commit = assemble(
+            SpeculativeCommit,
+            dict(
+                request_id=rnd.request_id,
+                round_id=rnd.round_id,
+                expected_generation=s0.generation,
+                layout=config.layout,
+                accepted_draft_count=decided.accepted,
+                terminal_kind=decided.terminal,
+                emitted_token_ids=decided.emitted_ids,
+                committed_kv_token_ids=kv.committed_token_ids,
+                discarded_kv_token_ids=kv.discarded_token_ids,
+                rng_before=before.as_tuple(),
+                rng_after=rng_after.as_tuple(),
+                processor_before_hash=s0.processors_digest,
+                processor_after_hash=successor.state.processors_digest,
+                finished=decided.finished,
+                finish_reason=decided.finish_reason,
+                coordinate_digest=rnd.coordinate_digest,
+                successor_digest=successor.digest,
+            ),
+        )
+        commit_digest = commit.digest()
+        rnd.commit = commit
+        request_id, round_id = rnd.request_id, rnd.round_id
+        q_digest = p_digest = None
+        if self._settings.row_digests:
+            q_digest, p_digest = rows_digest(rnd.q_rows), rows_digest(rnd.p_rows)
+        rnd.publication = RoundPublication(
+            request_id=rnd.request_id,
+            round_id=rnd.round_id,
+            expected_generation=s0.generation,
+            commit_digest=commit_digest,
+            successor_digest=successor.digest,
+            finished=decided.finished,
+            ready=assemble(
+                RoundReady,
+                dict(
+                    request_id=request_id,
+                    round_id=round_id,
+                    expected_generation=s0.generation,
+                    coordinate_digest=rnd.coordinate_digest,
+                    draft_ids=rnd.draft_ids,
+                    q_draft=rnd.q_draft,
+                    proposal_before=before.proposal,
+                    proposal_after=rng_after.proposal,
+                    q_rows_digest=q_digest,
+                ),
+            ),
+            verified=assemble(
+                RoundVerified,
+                dict(
+                    request_id=request_id,
+                    round_id=round_id,
+                    p_draft=rnd.p_draft,
+                    verify_rows=rnd.verify_rows,
+                    p_rows_digest=p_digest,
+                ),
+            ),
+            decided=decided,
+            staged=assemble(
+                RoundStaged,
+                dict(
+                    request_id=request_id,
+                    round_id=round_id,
+                    committed_kv_ids=kv.committed_token_ids,
+                    discarded_kv_ids=kv.discarded_token_ids,
+                    processor_before=s0.processors_digest,
+                    processor_after=successor.state.processors_digest,
+                    rng_before=before.as_tuple(),
+                    rng_after=rng_after.as_tuple(),
+                    successor_digest=successor.digest,
+                ),
+            ),
+            published=assemble(
+                RoundPublished,
+                dict(
+                    request_id=request_id,
+                    round_id=round_id,
+                    generation=s0.generation + 1,
+                    commit_digest=commit_digest,
+                    timings=rnd.timings,
+                ),
+            ),
+        )
+
+    def _write_publication(self) -> None:
+        """The group commit (called by the machine's ``before`` callback of ``publish``)."""
+        publications = []
+        for rnd in self._live_rounds():
+            assert rnd.publication is not None
+            publications.append(rnd.publication)
+        self._outcomes = self._settings.log.publish(publications)
+
+    def _settle(self, rnd: RoundWork, status: PublishStatus, generation: int) -> None:
+        live = rnd.live
+        if status is PublishStatus.STALE_GENERATION:
+            self._abort_round(
+                rnd,
+                StaleGenerationError(
+                    f"request {rnd.request_id!r}: generation {rnd.start.state.generation} is stale, the log "
+                    f"is at {generation}; refresh the request"
+                ),
+            )
+            return
+        if status is PublishStatus.DUPLICATE_ROUND:
+            self._abort_round(
+                rnd,
+                DuplicateRoundError(
+                    f"round {rnd.round_id!r} of {rnd.request_id!r} was published differently"
+                ),
+            )
+            return
+        successor = rnd.successor
+        assert successor is not None
+        rnd.phase = next_phase(rnd.phase, Trigger.PUBLISH)
+        live.in_flight = False
+        if successor.state.generation > live.current.state.generation:  # published now or before
+            live.last = LastRound(rnd.start, rnd.coordinate_digest, rnd.round_id)
+            live.current = successor
+            live.coordinate_digest = None
+        try:
+            self._settings.fault(FaultPoint.AFTER_PUBLICATION, rnd)
+        except InjectedFaultError as error:
+            rnd.error = error
+            rnd.result = RoundResult(
+                request_id=rnd.request_id,
+                round_id=rnd.round_id,
+                status=RoundStatus.UNACKNOWLEDGED,
+                phase=RoundPhase.PUBLISHED,
+                generation=successor.state.generation,
+                state=None,
+                error=error,
+            )
+            return
+        rnd.result = self._published_result(
+            rnd, RoundStatus.PUBLISHED if status is PublishStatus.PUBLISHED else RoundStatus.ACKNOWLEDGED
+        )
+
+    def _published_result(self, rnd: RoundWork, status: RoundStatus) -> RoundResult:
+        decided, kv, successor = rnd.decided, rnd.kv, rnd.successor
+        assert decided is not None and kv is not None and successor is not None
+        state = successor.state
+        layout = rnd.live.config.layout
+        return RoundResult(
+            request_id=rnd.request_id,
+            round_id=rnd.round_id,
+            status=status,
+            phase=RoundPhase.PUBLISHED,
+            generation=state.generation,
+            state=state,
+            emitted_ids=decided.emitted_ids,
+            accepted=decided.accepted,
+            terminal=decided.terminal,
+            finished=decided.finished,
+            finish_reason=decided.finish_reason,
+            kv=KvInstruction(
+                layout=layout,
+                branch=rnd.branch,
+                keep=kv.keep,
+                committed_token_ids=kv.committed_token_ids,
+                discarded_rows=kv.discarded_rows,
+                discarded_token_ids=kv.discarded_token_ids,
+                new_frontier=state.frontier,
+                new_frontier_position=state.position,
+                materialize_frontier=layout is Layout.RETAINED_FRONTIER and not state.finished,
+            ),
+            commit=rnd.commit,
+        )

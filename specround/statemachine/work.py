@@ -1,0 +1,80 @@
+"""The controller's working records: the live projection of a request and the work of one round.
+
+Mutable and internal to the controller and its steps; nothing here leaves them (callers get
+:class:`~specround.statemachine.rounds.RoundResult` and frozen states).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from specround.errors import SpecroundError
+from specround.statemachine.events import RoundDecided, RoundTimings
+from specround.statemachine.lifecycle import RoundPhase
+from specround.statemachine.ports import RoundPublication
+from specround.statemachine.rounds import RoundResult
+from specround.statemachine.staging import KvStaging, RequestSnapshot
+from specround.statemachine.state import RequestConfig, SpeculativeCommit
+
+__all__ = ["LastRound", "LiveRequest", "RoundWork"]
+
+
+@dataclass(slots=True)
+class LastRound:
+    """The most recently published round of a request (what a retry of it needs)."""
+
+    start: RequestSnapshot
+    coordinate_digest: str
+    round_id: str
+
+
+@dataclass(slots=True)
+class LiveRequest:
+    """The live projection of one request."""
+
+    config: RequestConfig
+    current: RequestSnapshot
+    target_config_digest: str
+    has_stop_automaton: bool
+    last: LastRound | None = None
+    coordinate_digest: str | None = None
+    """Cached digest of ``current``'s coordinate (reset whenever ``current`` changes)."""
+    in_flight: bool = False
+
+
+@dataclass(slots=True)
+class RoundWork:
+    """The working record of one round inside a step (mutable; never leaves the controller)."""
+
+    index: int
+    request_id: str
+    live: LiveRequest
+    start: RequestSnapshot
+    retry: bool
+    coordinate_digest: str
+    round_id: str
+    draft_ids: tuple[int, ...]
+    q_rows: torch.Tensor  # [k, V]
+    proposal_draws: int
+    timings: RoundTimings | None
+    phase: RoundPhase = RoundPhase.ROUND_READY
+    error: SpecroundError | None = None
+    p_rows: torch.Tensor | None = None  # [k+1, V]
+    branch: Any = None
+    verify_rows: int = 0
+    decided: RoundDecided | None = None
+    p_draft: tuple[float, ...] = ()
+    q_draft: tuple[float, ...] = ()
+    kv: KvStaging | None = None
+    successor: RequestSnapshot | None = None
+    commit: SpeculativeCommit | None = None
+    publication: RoundPublication | None = None
+    result: RoundResult | None = None
+
+    @property
+    def generation(self) -> int:
+        """The generation this round would publish."""
+        return self.start.state.generation + 1
