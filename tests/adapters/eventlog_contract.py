@@ -63,6 +63,8 @@ def assert_chains_verify(log: EventLog) -> dict[str, int]:
             assert event.seq == previous.seq + 1, f"seq gap after {previous}"
             assert event.prev_hash == previous.hash
         assert event.hash == chain_hash(event.prev_hash, canonical_bytes(event.payload)), event
+        if event.payload_bytes is not None:  # a log that keeps the stored bytes hands out exactly those
+            assert event.payload_bytes == canonical_bytes(event.payload)
         assert event.payload["request_id"] == event.request_id
         assert event.payload["kind"] == event.kind
         counts[event.request_id] = counts.get(event.request_id, 0) + 1

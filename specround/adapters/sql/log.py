@@ -16,7 +16,9 @@
   or PostgreSQL reports a deadlock or serialization failure, the whole call is retried from the top, so
   the loser is decided by the fence on the next attempt instead of aborting the others.
 * **Reading** streams: :meth:`SqlEventLog.events` runs one query in a read transaction (a snapshot) and
-  yields rows as the driver delivers them (a server-side cursor on PostgreSQL), never the whole log.
+  yields rows as the driver delivers them (a server-side cursor on PostgreSQL), never the whole log. Each
+  :class:`~specround.statemachine.ports.StoredEvent` carries the stored canonical text as
+  ``payload_bytes`` (what the chain hashed) and ``payload`` decoded from it.
 * **Errors** from the driver never escape raw; see :mod:`specround.adapters.sql.errors`.
 """
 
@@ -380,15 +382,17 @@ class SqlEventLog:
             connection = connection.execution_options(**{READ_ONLY: True}, yield_per=STREAM_BATCH)
             with connection.begin():
                 for row in connection.exec_driver_sql(sql, parameters):
+                    text = row[9]
                     yield StoredEvent(
                         request_id=row[0],
-                        seq=int(row[1]),
+                        seq=row[1],
                         kind=row[2],
                         round_id=row[3],
-                        generation=int(row[4]),
-                        schema_version=int(row[5]),
+                        generation=row[4],
+                        schema_version=row[5],
+                        payload=loads(text),
                         prev_hash=row[6],
                         hash=row[7],
-                        recorded_at=float(row[8]),
-                        payload=loads(row[9]),
+                        recorded_at=row[8],
+                        payload_bytes=text.encode("utf-8"),  # the exact bytes the chain hashed
                     )

@@ -160,6 +160,7 @@ def test_stored_payload_is_the_hashed_canonical_text(log_url: str) -> None:
     assert [row.payload.encode() for row in rows[1:]] == [canonical_bytes(e) for e in events]
     for row in rows:
         assert row.hash == chain_hash(row.prev_hash, row.payload.encode())
+    assert [e.payload_bytes for e in log.events()] == [row.payload.encode() for row in rows]
     log.close()
 
 
