@@ -58,10 +58,20 @@ class RoundMachine(RuleBasedStateMachine):
         self.controller = RoundController(self.log, faults=self.plan)
         self.known: dict[str, RequestState] = {}
         self.unacknowledged: dict[str, tuple[RoundInput, RequestState]] = {}
+        self.handles: list[EventLog] = []
 
     def teardown(self) -> None:
+        for handle in self.handles:
+            handle.close()
         self.log.close()
         self.directory.cleanup()
+
+    def _reopen(self) -> EventLog:
+        """A new handle on the same log, as another process would get (closed at teardown)."""
+        handle = self.factory.reopen(self.log)
+        if handle is not self.log:
+            self.handles.append(handle)
+        return handle
 
     @initialize()
     def open_requests(self) -> None:
@@ -159,7 +169,7 @@ class RoundMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def stale_publisher(self, data: st.DataObject) -> None:
         rid = data.draw(st.sampled_from(self._unfinished()))
-        stale = RoundController(self.factory.reopen(self.log))
+        stale = RoundController(self._reopen())
         stale_item = random_input(
             stale, rid, 3, torch.Generator().manual_seed(data.draw(st.integers(0, 999)))
         )
@@ -179,7 +189,7 @@ class RoundMachine(RuleBasedStateMachine):
 
     @rule()
     def crash_and_replay(self) -> None:
-        self.controller = RoundController(self.factory.reopen(self.log), faults=self.plan)
+        self.controller = RoundController(self._reopen(), faults=self.plan)
         rebuilt = self.controller.load_all()
         assert {rid: s.digest() for rid, s in rebuilt.items()} == {
             rid: s.digest() for rid, s in self.known.items()
