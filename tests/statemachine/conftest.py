@@ -7,13 +7,15 @@ this package, the Hypothesis state machine included.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from specround.adapters.memory_log import MemoryEventLog
+from specround.errors import SpecroundError
 from specround.statemachine.ports import EventLog
 
 
@@ -37,9 +39,24 @@ EVENT_LOG_FACTORIES: dict[str, LogFactory] = {
 
 
 @pytest.fixture(params=sorted(EVENT_LOG_FACTORIES))
-def event_log_factory(request: pytest.FixtureRequest) -> LogFactory:
-    """One backend's log factory per parametrisation."""
-    return EVENT_LOG_FACTORIES[request.param]
+def event_log_factory(request: pytest.FixtureRequest) -> Iterator[LogFactory]:
+    """One backend's log factory per parametrisation; every handle it hands out is closed afterwards."""
+    base = EVENT_LOG_FACTORIES[request.param]
+    handles: list[EventLog] = []
+
+    def track(log: EventLog) -> EventLog:
+        if all(log is not known for known in handles):
+            handles.append(log)
+        return log
+
+    yield LogFactory(
+        name=base.name,
+        new=lambda directory: track(base.new(directory)),
+        reopen=lambda log: track(base.reopen(log)),
+    )
+    for handle in reversed(handles):
+        with contextlib.suppress(SpecroundError):
+            handle.close()
 
 
 @pytest.fixture
