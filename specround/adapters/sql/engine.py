@@ -11,6 +11,10 @@ and a busy timeout. The sqlite3 driver's own transaction handling is switched of
 event emits ``BEGIN IMMEDIATE`` instead (the documented recipe), so every write transaction takes the write
 lock up front and a fence read can never be overtaken by another writer. Connections marked with the
 :data:`READ_ONLY` execution option begin a deferred ``BEGIN``: a consistent snapshot that blocks nobody.
+
+PostgreSQL connections get ``connect_timeout`` and a ``lock_timeout`` equal to the busy timeout, so a write
+stuck behind another transaction's row locks fails with :class:`~specround.errors.LogUnavailableError`
+after that long instead of waiting forever.
 """
 
 from __future__ import annotations
