@@ -236,6 +236,24 @@ def test_a_locked_database_is_reported_as_unavailable(sqlite_path: str) -> None:
     log.close()
 
 
+@pytest.mark.postgres
+def test_a_locked_postgres_row_times_out_as_unavailable(postgres_url: str) -> None:
+    log = SqlEventLog.open(postgres_url, busy_timeout_s=0.2)
+    cfg, state = opened(log, "req-a")
+    publication, _ = build_round(cfg, state)
+    blocker = log.engine.connect()
+    transaction = blocker.begin()
+    blocker.execute(text("SELECT 1 FROM requests WHERE request_id = 'req-a' FOR UPDATE"))
+    try:
+        with pytest.raises(LogUnavailableError, match="lock"):
+            log.publish([publication])
+    finally:
+        transaction.rollback()
+        blocker.close()
+    assert log.publish([publication])[0].status is PUBLISHED
+    log.close()
+
+
 def test_an_unreachable_postgres_server_is_unavailable() -> None:
     with pytest.raises(LogUnavailableError) as caught:
         SqlEventLog.open("postgresql+psycopg://postgres@127.0.0.1:1/test", busy_timeout_s=2)
