@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
-from specround.errors import InvalidRequestError, LogUnavailableError
+from specround.errors import InvalidRequestError, LogUnavailableError, RequestFinishedError
 from specround.statemachine.events import ROUND_EVENT_KINDS, RequestOpened, RoundVerified, parse_event
 from specround.statemachine.ports import (
     EventLog,
@@ -282,6 +282,24 @@ class EventLogContract:
         with pytest.raises(InvalidRequestError):
             log.publish([good, stray])
         assert snapshot(log) == before
+
+    def test_a_finished_request_refuses_further_rounds(self, log: EventLog) -> None:
+        """INV-2: a finished request gets no further round; the log refuses it and appends nothing."""
+        cfg, state = opened(log, "req-a", max_new_tokens=2)
+        rounds = run_rounds(cfg, state, 5)
+        for publication, _ in rounds:
+            log.publish([publication])
+        final = rounds[-1][1]
+        assert final.finished
+        # A caller that lost track of the finish (here: a larger budget) builds one more round.
+        longer = cfg.model_copy(update={"max_new_tokens": 50})
+        extra, _ = build_round(longer, final.model_copy(update={"finished": False}))
+        before = snapshot(log)
+        with pytest.raises(RequestFinishedError):
+            log.publish([extra])
+        assert snapshot(log) == before
+        # ... while the finishing round itself stays idempotent.
+        assert log.publish([rounds[-1][0]])[0].status is ALREADY
 
     def test_publishing_nothing_returns_nothing(self, log: EventLog) -> None:
         assert log.publish([]) == []

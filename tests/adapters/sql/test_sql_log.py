@@ -17,7 +17,6 @@ from specround.errors import (
     InvalidLogUrlError,
     LogIntegrityError,
     LogUnavailableError,
-    RequestFinishedError,
     SchemaVersionError,
 )
 from tests.adapters.eventlog_contract import PUBLISHED, assert_chains_verify, opened, snapshot
@@ -126,26 +125,6 @@ def test_every_write_transaction_begins_immediate(sqlite_path: str) -> None:
 
 
 # --- the database fence -----------------------------------------------------------------------------------
-
-
-def test_a_finished_request_refuses_further_rounds(log_url: str) -> None:
-    """INV-2: a finished request gets no further round; the log refuses and appends nothing."""
-    log = SqlEventLog.open(log_url)
-    cfg, state = opened(log, "req-a", max_new_tokens=2)
-    rounds = run_rounds(cfg, state, 5)
-    for publication, _ in rounds:
-        log.publish([publication])
-    final = rounds[-1][1]
-    assert final.finished
-    # A caller that lost track of the finish (here: a larger budget) builds one more round.
-    extra, _ = build_round(
-        cfg.model_copy(update={"max_new_tokens": 50}), final.model_copy(update={"finished": False})
-    )
-    before = snapshot(log)
-    with pytest.raises(RequestFinishedError):
-        log.publish([extra])
-    assert snapshot(log) == before
-    log.close()
 
 
 def test_stored_payload_is_the_hashed_canonical_text(log_url: str) -> None:
