@@ -223,10 +223,15 @@ class _Fold:
         proposal_draws = ready["proposal_after"] - ready["proposal_before"]
         if proposal_draws < 0:
             raise fail("PROPOSAL counter moved backwards")
-        rng_after = RngCounters(
-            proposal=rng.proposal + proposal_draws,
-            accept=rng.accept + accept_draws,
-            terminal=rng.terminal + terminal_draws,
+        if min(accept_draws, terminal_draws) < 0:
+            raise fail("negative draw counts")
+        rng_after = assemble(
+            RngCounters,
+            {
+                "proposal": rng.proposal + proposal_draws,
+                "accept": rng.accept + accept_draws,
+                "terminal": rng.terminal + terminal_draws,
+            },
         )
         if (
             tuple(staged["rng_before"]) != rng.as_tuple()
