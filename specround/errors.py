@@ -17,6 +17,7 @@ SpecroundError
 │   ├── UnknownLayoutError
 │   ├── InvalidProcessorError
 │   ├── InvalidRequestError
+│   ├── ReportOptionError
 │   └── LedgerDeclarationError
 │       ├── UnreachableRateError
 │       ├── MissingProgressTokenError
@@ -67,6 +68,7 @@ __all__ = [
     "NotNormalisedError",
     "ProtocolError",
     "PublishConflictError",
+    "ReportOptionError",
     "RequestFinishedError",
     "SchemaVersionError",
     "ShapeMismatchError",
@@ -126,6 +128,10 @@ class InvalidProcessorError(InputError):
 
 class InvalidRequestError(InputError):
     """A request or round was opened with invalid parameters (empty prompt, zero budget, ...)."""
+
+
+class ReportOptionError(InputError):
+    """A report, telemetry or log-query option is refused (bad filter, time window or output path)."""
 
 
 class LedgerDeclarationError(InputError):
