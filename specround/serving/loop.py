@@ -69,6 +69,7 @@ from specround.statemachine.model_ports import (
 )
 from specround.statemachine.rounds import RoundProposal, RoundResult, RoundStatus, RoundVerification
 from specround.statemachine.state import RequestState
+from specround.telemetry.observation import RoundObservation, RoundRecorder
 
 __all__ = ["MAX_FAULT_RETRIES", "GenerationRequest", "ServingLoop"]
 
@@ -139,6 +140,7 @@ class ServingLoop:
         coordinate: Mapping[str, Any] | None = None,
         on_round: Callable[[RoundOutcome], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        recorders: Sequence[RoundRecorder] = (),
     ) -> None:
         """Wire ``target`` and ``proposer`` (None: plain decoding) to ``controller``.
 
@@ -146,6 +148,8 @@ class ServingLoop:
         static round-coordinate fields every request is opened with (target and draft ids, backend, vocab
         digest); ``target_model_id`` and ``draft_model_id`` default to the adapters' ids. ``on_round`` is
         called with every published round after its K/V instruction was executed (streaming).
+        ``recorders`` (e.g. :class:`~specround.telemetry.SpecroundMetrics`) observe every round handed to
+        the controller, published or not (:class:`~specround.telemetry.RoundObservation`).
         """
         try:
             self.layout = Layout(layout)
@@ -160,6 +164,7 @@ class ServingLoop:
         static.setdefault("draft_model_id", proposer.proposer_id if proposer is not None else "none")
         self._coordinate = static
         self.on_round = on_round
+        self.recorders = tuple(recorders)
         self._clock = clock
         self._requests: dict[str, _Request] = {}
         self.finished: dict[str, RequestState] = {}
@@ -405,6 +410,13 @@ class ServingLoop:
         state_costs: list[tuple[int, float]] = []
         for rnd, result, timing in zip(rounds, results, timings, strict=True):
             rnd.result = result
+            if self.recorders:
+                assert rnd.verified is not None
+                observation = RoundObservation.from_result(
+                    result, drafted=len(rnd.drafts), verify_rows=rnd.verified.computed_rows, timings=timing
+                )
+                for recorder in self.recorders:
+                    recorder.observe_round(observation)
             t0 = clock()
             outcome = self._settle(rnd, result, timing)
             closing = controller_s * share + (clock() - t0)

@@ -39,7 +39,7 @@ def acceptance_table(report: GenerationReport) -> Table:
     stats = report.stats
     table = Table(title="specround generate", show_header=False, title_justify="left")
     table.add_column("quantity", style="bold")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")
     table.add_row("model", report.model_id)
     table.add_row(
         "draft / K / layout", f"{report.draft} ({report.proposer_id}) / {report.policy} / {report.layout}"

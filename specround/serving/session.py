@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from specround.serving.policy import (
 )
 from specround.serving.stats import AcceptanceStats, RoundOutcome
 from specround.statemachine.model_ports import Proposer
+from specround.telemetry.observation import RoundRecorder
 
 __all__ = [
     "DEFAULT_LOG_DIR",
@@ -239,8 +240,12 @@ class GenerationSession:
         *,
         on_text: Callable[[str], None] | None = None,
         on_round: Callable[[RoundOutcome], None] | None = None,
+        recorders: Sequence[RoundRecorder] = (),
     ) -> GenerationReport:
-        """Create the log, open the request, generate. ``on_text`` receives settled text as it arrives."""
+        """Create the log, open the request, generate. ``on_text`` receives settled text as it arrives.
+
+        ``recorders`` observe every round (e.g. :class:`~specround.telemetry.SpecroundMetrics`).
+        """
         from specround.adapters.sql import SqlEventLog
         from specround.statemachine.controller import RoundController
 
@@ -265,6 +270,7 @@ class GenerationSession:
                 layout=self.layout,
                 coordinate=self.coordinate,
                 on_round=streamed,
+                recorders=recorders,
             )
             request_id = loop.submit(
                 GenerationRequest(
