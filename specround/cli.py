@@ -23,6 +23,33 @@ bench_app = typer.Typer(
 app.add_typer(bench_app, name="bench")
 
 
+@app.callback()
+def _configure(
+    log_format: str | None = typer.Option(
+        None, "--log-format", help="Log records as 'text' or 'json' (env SPECROUND_LOG_FORMAT)."
+    ),
+    log_level: str | None = typer.Option(
+        None, "--log-level", help="Level of the specround logger, e.g. INFO (env SPECROUND_LOG_LEVEL)."
+    ),
+) -> None:
+    """Exact speculative decoding as an audited, event-sourced transaction."""
+    import os
+
+    if (
+        log_format
+        or log_level
+        or os.environ.get("SPECROUND_LOG_FORMAT")
+        or os.environ.get("SPECROUND_LOG_LEVEL")
+    ):
+        from specround.errors import SpecroundError
+        from specround.telemetry.logs import configure_logging
+
+        try:
+            configure_logging(log_format, log_level)
+        except SpecroundError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--log-format/--log-level") from exc
+
+
 @app.command()
 def version() -> None:
     """Print the installed specround version."""
@@ -300,8 +327,28 @@ def audit(
         list[str] | None, typer.Option("--request", help="Audit only these request ids (repeatable).")
     ] = None,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    report_dir: str | None = typer.Option(
+        None, "--report", help="Also write an HTML report (index.html + PNG figures) into this directory."
+    ),
+    since: str | None = typer.Option(
+        None, "--since", help="Report: rounds published at or after this time (Unix seconds or ISO 8601)."
+    ),
+    until: str | None = typer.Option(
+        None, "--until", help="Report: rounds published before this time (Unix seconds or ISO 8601)."
+    ),
+    model: str | None = typer.Option(
+        None, "--model", help="Only requests whose coordinate's target_model_id is this."
+    ),
+    draft_model: str | None = typer.Option(
+        None, "--draft-model", help="Only requests whose coordinate's draft_model_id is this."
+    ),
 ) -> None:
-    """Verify hash chains, replay every request, and re-derive every decision (INV-1..INV-10)."""
+    """Verify hash chains, replay every request, and re-derive every decision (INV-1..INV-10).
+
+    With --report DIR, also write a report of the log's rounds (survival, alpha_j^reach, time and K/V
+    ledgers, the verdicts). --request and --model select the requests audited and reported; --since and
+    --until narrow the report's rounds (chains are always audited whole).
+    """
     import json
 
     from rich.console import Console
@@ -310,11 +357,27 @@ def audit(
     from specround.adapters.sql import SqlEventLog
     from specround.audit import audit_log
     from specround.errors import SpecroundError
+    from specround.report import ReportFilter, matching_request_ids, parse_time, write_report
 
+    index_path = None
     try:
+        filters = ReportFilter(
+            request_ids=tuple(request or ()),
+            since=parse_time(since) if since is not None else None,
+            until=parse_time(until) if until is not None else None,
+            target_model=model,
+            draft_model=draft_model,
+        )
         event_log = SqlEventLog.open(log, create=False)
         try:
-            report = audit_log(event_log, request or None)
+            selected = request or None
+            if model is not None or draft_model is not None:
+                selected = matching_request_ids(event_log, filters)
+            report = audit_log(event_log, selected)
+            if report_dir is not None:
+                index_path = write_report(
+                    event_log, report_dir, filters=filters, audit=report, log_name=log
+                ).index
         finally:
             event_log.close()
     except SpecroundError as exc:
@@ -322,6 +385,8 @@ def audit(
         raise typer.Exit(2) from exc
     if as_json:
         summary = report.summary()
+        if index_path is not None:
+            summary["report"] = str(index_path)
         summary["per_request"] = [
             {
                 "request_id": r.request_id,
@@ -362,6 +427,8 @@ def audit(
         console.print(
             f"{len(report.requests)} requests, {report.events} events, {report.rounds} rounds: {verdict}"
         )
+        if index_path is not None:
+            console.print(f"report: {index_path}")
     if not report.ok:
         raise typer.Exit(1)
 
@@ -459,6 +526,13 @@ def generate(
     raw: bool = typer.Option(False, "--raw", help="Send the prompt as is, without the chat template."),
     threads: int | None = typer.Option(None, "--threads", min=1, help="Torch intra-op threads."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text and table."),
+    metrics_port: int | None = typer.Option(
+        None,
+        "--metrics-port",
+        min=0,
+        max=65535,
+        help="Serve Prometheus metrics on 127.0.0.1:PORT (GET /metrics) while the process runs.",
+    ),
 ) -> None:
     """Generate text with exact speculative decoding; every round is published to an auditable log."""
     import json
@@ -500,9 +574,21 @@ def generate(
         typer.echo(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}", err=True)
         raise typer.Exit(2) from exc
     err = Console(stderr=True)
+    recorders = []
+    if metrics_port is not None:
+        from specround.telemetry import SpecroundMetrics, kv_row_bytes, serve_metrics
+
+        metrics = SpecroundMetrics(model_name=session.model_id, kv_row_bytes=kv_row_bytes(session.target))
+        try:
+            server = serve_metrics(metrics.registry, metrics_port)
+        except OSError as exc:
+            typer.echo(f"error: cannot serve metrics on 127.0.0.1:{metrics_port}: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        err.print(f"metrics: {server.url}")
+        recorders.append(metrics)
     try:
         if as_json:
-            report = session.run()
+            report = session.run(recorders=recorders)
         else:
             with generation_progress(err) as progress:
                 task = progress.add_task("generate", total=max_tokens, rate="", accept="")
@@ -519,7 +605,7 @@ def generate(
                     rate = f"{produced / elapsed:.1f} tok/s" if elapsed > 0 else ""
                     progress.update(task, completed=produced, rate=rate)
 
-                report = session.run(on_text=on_text, on_round=on_round)
+                report = session.run(on_text=on_text, on_round=on_round, recorders=recorders)
             sys.stdout.write("\n")
             sys.stdout.flush()
     except KeyboardInterrupt:
@@ -533,6 +619,118 @@ def generate(
         typer.echo(json.dumps(report.as_json(), indent=2))
     else:
         err.print(acceptance_table(report))
+
+
+@bench_app.command("report")
+def bench_report(
+    rounds: int = typer.Option(1_000_000, min=1, help="Rounds the log must hold."),
+    log: str | None = typer.Option(
+        None, "--log", help="SQLite file to write once and reuse (default: a temporary file)."
+    ),
+    out: str | None = typer.Option(None, "--out", help="Keep the report in this directory."),
+) -> None:
+    """Time the audit report of a large synthetic log (written once, then reused) in one run."""
+    from specround.report.bench import run_report_bench
+
+    typer.echo(run_report_bench(rounds, log_path=log, out_dir=out).model_dump_json(indent=2))
+
+
+@app.command("log")
+def log_command(
+    log: str = typer.Argument(..., help=_LOG_HELP),
+    request: Annotated[list[str], typer.Option("--request", help="Request id (repeatable).")] = [],  # noqa: B006
+    since_generation: int = typer.Option(
+        0, "--since-generation", min=0, help="Only rounds publishing a later generation."
+    ),
+    limit: int = typer.Option(1000, "--limit", min=1, help="Most entries per request."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON lines, one entry per line."),
+) -> None:
+    """Print the acceptance log (0x06F) of requests: every drafted position and every terminal draw."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from specround.adapters.sql import SqlEventLog
+    from specround.errors import SpecroundError
+    from specround.telemetry import acceptance_log
+
+    if not request:
+        raise typer.BadParameter("name at least one request", param_hint="--request")
+    console = Console()
+    console = console if console.is_terminal else Console(width=200)
+    try:
+        with SqlEventLog.open(log, create=False) as event_log:
+            for request_id in request:
+                if event_log.head(request_id) is None:
+                    typer.echo(f"error: no request {request_id!r} in {log}", err=True)
+                    raise typer.Exit(2)
+                entries = acceptance_log(
+                    event_log, request_id, since_generation=since_generation, limit=limit
+                )
+                if as_json:
+                    for entry in entries:
+                        typer.echo(json.dumps(entry.as_json()))
+                    continue
+                table = Table(title=f"acceptance log of {request_id}")
+                for column in (
+                    "gen",
+                    "pos",
+                    "token",
+                    "q",
+                    "p",
+                    "min(1,p/q)",
+                    "uniform",
+                    "outcome",
+                    "distribution",
+                    "committed",
+                ):
+                    table.add_column(column, justify="right" if column != "outcome" else "left")
+
+                def num(value: float | None) -> str:
+                    return "-" if value is None else f"{value:.4g}"
+
+                for e in entries:
+                    colour = {"accepted": "green", "rejected": "red"}.get(e.outcome, "")
+                    outcome = f"[{colour}]{e.outcome}[/{colour}]" if colour else e.outcome
+                    table.add_row(
+                        str(e.generation),
+                        str(e.position) if e.kind == "draft" else f"T{e.position}",
+                        str(e.token),
+                        num(e.q_prob),
+                        num(e.p_prob),
+                        num(e.accept_ratio),
+                        num(e.uniform),
+                        outcome,
+                        e.distribution,
+                        str(e.committed_tokens),
+                    )
+                console.print(table)
+    except SpecroundError as exc:
+        typer.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+@app.command()
+def schemas(
+    directory: str = typer.Argument("specs/schemas", help="Where the schema files live."),
+    check_only: bool = typer.Option(
+        False, "--check", help="Write nothing; exit 1 if a file differs from the models."
+    ),
+) -> None:
+    """Write the JSON Schemas of the events and the state/commit records (generated from the models)."""
+    from specround.specs_schemas import check_schemas, write_schemas
+
+    if check_only:
+        problems = check_schemas(directory)
+        for problem in problems:
+            typer.echo(problem)
+        if problems:
+            raise typer.Exit(1)
+        typer.echo(f"{directory}: up to date")
+        return
+    for path in write_schemas(directory):
+        typer.echo(str(path))
 
 
 def main() -> None:

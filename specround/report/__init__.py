@@ -17,7 +17,15 @@ from specround.report.aggregate import (
     fold_rounds,
 )
 from specround.report.build import ReportResult, write_report
-from specround.report.extract import ReportFilter, RoundRow, port_round_rows, round_rows, sql_round_rows
+from specround.report.extract import (
+    ReportFilter,
+    RoundRow,
+    matching_request_ids,
+    parse_time,
+    port_round_rows,
+    round_rows,
+    sql_round_rows,
+)
 from specround.report.stats import SurvivalPoint, kaplan_meier, wilson_interval
 
 __all__ = [
@@ -32,6 +40,8 @@ __all__ = [
     "TimeBucket",
     "fold_rounds",
     "kaplan_meier",
+    "matching_request_ids",
+    "parse_time",
     "port_round_rows",
     "round_rows",
     "sql_round_rows",

@@ -15,13 +15,23 @@ whose events are missing or out of place is simply not joined, and the audit rep
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specround.errors import ReportOptionError
 from specround.statemachine.ports import EventLog
 
-__all__ = ["ReportFilter", "RoundRow", "port_round_rows", "round_rows", "sql_round_rows"]
+__all__ = [
+    "ReportFilter",
+    "RoundRow",
+    "matching_request_ids",
+    "parse_time",
+    "port_round_rows",
+    "round_rows",
+    "sql_round_rows",
+]
 
 STREAM_BATCH = 5000
 """Rows fetched per round trip."""
@@ -279,3 +289,37 @@ def round_rows(log: EventLog, filters: ReportFilter | None = None) -> Iterator[R
     if hasattr(log, "engine") and hasattr(log, "location"):
         return sql_round_rows(log, filters)
     return port_round_rows(log, filters)
+
+
+def parse_time(text: str) -> float:
+    """Unix seconds from ``text``: a number of seconds, or an ISO 8601 time (UTC when it names no zone).
+
+    Refuses anything else with :class:`~specround.errors.ReportOptionError`.
+    """
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ReportOptionError(f"not a Unix time or an ISO 8601 time: {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()
+
+
+def matching_request_ids(log: EventLog, filters: ReportFilter) -> list[str]:
+    """The sorted request ids that pass the request and model filters (the time window is not applied)."""
+    ids = sorted(set(filters.request_ids)) if filters.request_ids else log.request_ids()
+    if filters.target_model is None and filters.draft_model is None:
+        return ids
+    kept = []
+    for request_id in ids:
+        for event in log.events(request_id):
+            if event.kind == "request_opened":
+                coordinate = event.payload.get("config", {}).get("coordinate", {})
+                if filters.admits_coordinate(coordinate):
+                    kept.append(request_id)
+            break
+    return kept
