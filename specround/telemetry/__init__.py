@@ -19,6 +19,7 @@ from specround.telemetry.metrics import (
     MetricsServer,
     SpecroundMetrics,
     kv_row_bytes,
+    running_servers,
     serve_metrics,
 )
 from specround.telemetry.observation import RoundObservation, RoundRecorder
@@ -35,5 +36,6 @@ __all__ = [
     "configure_logging",
     "kv_row_bytes",
     "log_context",
+    "running_servers",
     "serve_metrics",
 ]

@@ -20,7 +20,9 @@ generation compare-and-swap was lost: ``stale_generation``, ``duplicate_round``)
 ``specround:kv_{temporary,committed}_rows_total`` and ``..._bytes_total``, the output counters
 ``specround:generation_tokens_total`` and, per ``speculation`` = ``on`` (k > 0) | ``off`` (k = 0),
 ``specround:output_tokens_total``, ``specround:round_seconds_total`` and the histogram
-``specround:time_per_output_token_seconds``. TPOT is observed once per emitted token with that token's
+``specround:time_per_output_token_seconds``. A round published whose acknowledgement was lost (F-6)
+is counted only in ``rounds_unacknowledged_total`` (the caller never received its content; the log holds
+it). TPOT is observed once per emitted token with that token's
 share ``T_round / G`` of its round, so the histogram's ``_sum / _count`` is the renewal-reward ratio
 ``sum T / sum G`` of 0x05C (not ``mean(T / G)``). Every metric carries a ``model_name`` label.
 
@@ -43,6 +45,7 @@ __all__ = [
     "MetricsServer",
     "SpecroundMetrics",
     "kv_row_bytes",
+    "running_servers",
     "serve_metrics",
 ]
 
@@ -246,7 +249,7 @@ class SpecroundMetrics:
         )
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class MetricsServer:
     """A running HTTP exposition endpoint (``GET /metrics``); :meth:`close` stops it."""
 
@@ -265,9 +268,21 @@ class MetricsServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+        if self in _RUNNING:
+            _RUNNING.remove(self)
+
+
+_RUNNING: list[MetricsServer] = []
+
+
+def running_servers() -> list[MetricsServer]:
+    """The endpoints this process started and has not closed (the CLI's lives until the process ends)."""
+    return list(_RUNNING)
 
 
 def serve_metrics(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> MetricsServer:
     """Serve ``registry`` on ``host:port`` in a daemon thread (loopback by default; port 0: a free port)."""
     server, thread = start_http_server(port, addr=host, registry=registry)
-    return MetricsServer(host=host, port=int(server.server_port), _server=server, _thread=thread)
+    running = MetricsServer(host=host, port=int(server.server_port), _server=server, _thread=thread)
+    _RUNNING.append(running)
+    return running
