@@ -38,13 +38,12 @@ The log is safe to share between threads (one lock around every operation).
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
+from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash, load
 from specround.errors import InvalidRequestError, LogUnavailableError, RequestFinishedError
 from specround.statemachine.events import RequestOpened
 from specround.statemachine.ports import (
@@ -271,7 +270,7 @@ def _stream(snapshot: list[tuple[str, list[_StoredRow]]]) -> Iterator[StoredEven
                 round_id=row.round_id,
                 generation=row.generation,
                 schema_version=row.schema_version,
-                payload=json.loads(row.payload),
+                payload=load(row.payload),
                 payload_bytes=row.payload,
                 prev_hash=row.prev_hash,
                 hash=row.hash,

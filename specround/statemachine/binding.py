@@ -19,11 +19,10 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from specround.canonical import canonical_bytes, digest
+from specround.canonical import canonical_bytes, digest, dumps_trusted
 from specround.errors import InvalidRequestError
 from specround.sampling.coordinate import BackendIdentity, RoundCoordinate
 from specround.sampling.types import Stream
-from specround.statemachine.records import canonical_text
 from specround.statemachine.staging import RequestSnapshot
 from specround.statemachine.state import RequestConfig
 
@@ -137,4 +136,5 @@ def coordinate_digest(
 ) -> str:
     """``round_coordinate(config, snapshot).digest()``, computed without building the model."""
     document = _document(config, snapshot, target_config_digest or snapshot.chain.config_digest())
-    return hashlib.sha256(canonical_text(document).encode("utf-8")).hexdigest()
+    # The static fields passed canonical_bytes (NaN check included) at open; the rest are ints and strings.
+    return hashlib.sha256(dumps_trusted(document)).hexdigest()

@@ -28,9 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from specround.canonical import GENESIS_HASH, chain_hash
+from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
 from specround.statemachine.ports import LogHead, StoredEvent
-from specround.statemachine.records import canonical_text
 
 __all__ = ["ChainFinding", "ChainFindingKind", "verify_chain"]
 
@@ -90,7 +89,7 @@ def verify_chain(events: Iterable[StoredEvent], head: LogHead | None = None) -> 
     for index, event in enumerate(unique):
         payload = event.payload
         raw = event.payload_bytes
-        data = raw if raw is not None else canonical_text(payload).encode("utf-8")
+        data = raw if raw is not None else canonical_bytes(payload)
         if chain_hash(event.prev_hash, data) != event.hash:
             report(ChainFindingKind.EDITED, event.seq, "the stored hash does not match the payload")
             edited.add(index)

@@ -10,25 +10,33 @@ post-init hooks (checked at registration; the records' tests compare ``assemble`
 construction for every class).
 
 :func:`record_bytes` is :func:`specround.canonical.canonical_bytes` for those records, serialising the
-instance dictionary instead of ``model_dump(mode="json")`` first (the JSON text is identical: tuples become
-arrays, str-valued enums their value, nested models their dump). Event logs may use it to hash events.
+instance dictionary instead of ``model_dump(mode="json")`` first (the bytes are identical: tuples become
+arrays, str-valued enums their value, nested models their dump). Event logs use it to hash events. Its NaN
+check looks only at the fields whose annotation can hold a float (found once, at registration), which is
+what makes it cheaper than the generic check.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-from enum import Enum
+import math
+import types
+import typing
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
+
+from specround.canonical import canonical_bytes, dumps_trusted, first_non_finite
 
 __all__ = ["assemble", "canonical_text", "record_bytes", "record_digest", "register_record"]
 
 M = TypeVar("M", bound=BaseModel)
 
 _DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {}
+_FLOAT_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {}
+"""Per registered record: the fields whose values may hold a float (checked for NaN by record_bytes)."""
 _set_attr = object.__setattr__
+_isfinite = math.isfinite
 
 
 def register_record(cls: type[M]) -> type[M]:
@@ -44,7 +52,25 @@ def register_record(cls: type[M]) -> type[M]:
         if not field.is_required():
             defaults[name] = field.default
     _DEFAULTS[cls] = defaults
+    _FLOAT_FIELDS[cls] = tuple(
+        name for name, field in cls.__pydantic_fields__.items() if _may_hold_float(field.annotation)
+    )
     return cls
+
+
+def _may_hold_float(annotation: Any) -> bool:
+    """Whether a field annotation admits a float anywhere inside (Any, nested models and dicts do)."""
+    if annotation is float or annotation is Any or annotation is typing.Any:
+        return True
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is dict or origin is typing.Union or origin is types.UnionType or origin is tuple:
+        return any(_may_hold_float(arg) for arg in typing.get_args(annotation) if arg is not Ellipsis)
+    if origin is typing.Literal or annotation in (int, str, bool, type(None)):
+        return False
+    # Enums and other int/str types hold no float; anything unrecognised is checked.
+    return not (isinstance(annotation, type) and issubclass(annotation, (int, str)))
 
 
 def assemble(cls: type[M], values: dict[str, Any]) -> M:
@@ -62,30 +88,36 @@ def assemble(cls: type[M], values: dict[str, Any]) -> M:
     return instance
 
 
-def _nested(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, (set, frozenset)):
-        return sorted(value)
-    raise TypeError(f"value of type {type(value).__name__} has no canonical JSON form")
-
-
-_ENCODER = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_nested
-)
-"""One encoder with the canonical settings of :mod:`specround.canonical`, built once."""
-
-
 def canonical_text(value: Any) -> str:
-    """Canonical JSON text of a JSON-able value (what ``canonical_bytes`` encodes), with a reused encoder."""
-    return _ENCODER.encode(value)
+    """Canonical JSON text of a JSON-able value (``canonical_bytes(value)`` decoded)."""
+    return canonical_bytes(value).decode("utf-8")
+
+
+def _finite(value: Any) -> bool:
+    """Whether ``value`` holds no NaN or infinity (fast paths for a float and a tuple of numbers)."""
+    if value.__class__ is float:
+        return _isfinite(value)
+    if value.__class__ is tuple:
+        try:
+            return all(map(_isfinite, value))
+        except (TypeError, OverflowError):  # not all numbers, or an int beyond float range
+            pass
+    return first_non_finite(value) is None
 
 
 def record_bytes(record: BaseModel) -> bytes:
-    """Canonical JSON bytes of a registered record (equal to ``canonical_bytes(record)``)."""
-    return _ENCODER.encode(record.__dict__).encode("utf-8")
+    """Canonical JSON bytes of a registered record (equal to ``canonical_bytes(record)``).
+
+    Refuses NaN and infinities (:class:`ValueError`) in the fields that can hold floats.
+    """
+    data = record.__dict__
+    for name in _FLOAT_FIELDS[type(record)]:
+        value = data[name]
+        if value is not None and not _finite(value):
+            raise ValueError(
+                f"Out of range float values are not JSON compliant: {type(record).__name__}.{name}"
+            )
+    return dumps_trusted(data)
 
 
 def record_digest(record: BaseModel) -> str:

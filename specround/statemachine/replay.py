@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from specround.canonical import GENESIS_HASH, chain_hash
+from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
 from specround.errors import LogIntegrityError, SpecroundError
 from specround.statemachine.events import EVENT_SCHEMA_VERSION, ROUND_EVENT_KINDS, RequestOpened, parse_event
 from specround.statemachine.ports import EventLog, StoredEvent
-from specround.statemachine.records import assemble, canonical_text
+from specround.statemachine.records import assemble
 from specround.statemachine.staging import RequestSnapshot, open_snapshot, stage_kv, stage_successor
 from specround.statemachine.state import RequestConfig, RequestState, RngCounters, SpeculativeCommit
 
@@ -141,7 +141,7 @@ class _Fold:
         payload = event.payload
         if self.verify_hashes:
             stored = event.payload_bytes
-            data = stored if stored is not None else canonical_text(payload).encode("utf-8")
+            data = stored if stored is not None else canonical_bytes(payload)
             if chain_hash(event.prev_hash, data) != event.hash:
                 raise self._error(event, "hash does not match the payload (edited event)")
         if payload.get("kind") != event.kind or payload.get("request_id") != event.request_id:

@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from specround.canonical import digest
+from specround.canonical import digest, dumps_trusted, first_non_finite
 from specround.sampling.types import Layout
-from specround.statemachine.records import canonical_text, record_digest, register_record
+from specround.statemachine.records import record_digest, register_record
 
 __all__ = [
     "TOKEN_FOLD_SEED",
@@ -153,7 +153,10 @@ def state_digest(state: RequestState, output_fold: bytes, cache_fold: bytes) -> 
         "request_id": state.request_id,
         "rng": {"accept": state.rng.accept, "proposal": state.rng.proposal, "terminal": state.rng.terminal},
     }
-    return hashlib.sha256(canonical_text(document).encode("utf-8")).hexdigest()
+    if state.processors and first_non_finite(state.processors) is not None:
+        raise ValueError(f"the processor state of {state.request_id!r} holds a non-finite float")
+    # Every other field is an int, str, bool or None: no NaN check needed.
+    return hashlib.sha256(dumps_trusted(document)).hexdigest()
 
 
 class SpeculativeCommit(BaseModel):

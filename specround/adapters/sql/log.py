@@ -25,7 +25,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 import weakref
@@ -54,7 +53,7 @@ from specround.adapters.sql.fence import (
     prepare_round,
 )
 from specround.adapters.sql.migrate import SchemaStatus, ensure_schema, schema_status
-from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
+from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash, load
 from specround.errors import InvalidRequestError, LogUnavailableError
 from specround.statemachine.events import RequestOpened
 from specround.statemachine.ports import LogHead, PublishOutcome, RoundPublication, StoredEvent
@@ -377,7 +376,7 @@ class SqlEventLog:
         return known
 
     def _stream(self, sql: str, parameters: tuple[Any, ...]) -> Generator[StoredEvent, None, None]:
-        loads = json.loads
+        loads = load
         with db_errors("read events"), self._engine.connect() as connection:
             connection = connection.execution_options(**{READ_ONLY: True}, yield_per=STREAM_BATCH)
             with connection.begin():
