@@ -153,7 +153,7 @@ def _write(
         for slot, request_id in enumerate(active):
             index = cursor % _POOL
             cursor += 1
-            k = min(_slot_draft_len(slot, draft_len), controller.remaining(request_id) - 1)
+            k = min(_slot_draft_len(slot, draft_len), controller.remaining(request_id))
             k = max(0, k)
             jitter = 0.8 + 0.4 * noise.random()
             timings = RoundTimings(
