@@ -18,10 +18,13 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specround.errors import ReportOptionError
 from specround.statemachine.ports import EventLog
+
+if TYPE_CHECKING:
+    from specround.adapters.sql import SqlEventLog
 
 __all__ = [
     "ReportFilter",
@@ -200,7 +203,7 @@ def _round_query(dialect: _Dialect, filters: ReportFilter) -> tuple[str, list[An
     return sql, parameters
 
 
-def sql_round_rows(log: Any, filters: ReportFilter | None = None) -> Iterator[RoundRow]:
+def sql_round_rows(log: SqlEventLog, filters: ReportFilter | None = None) -> Iterator[RoundRow]:
     """Stream the rounds of a :class:`~specround.adapters.sql.SqlEventLog` (one query, bounded memory).
 
     Rows come in the database's scan order (not sorted); the query runs in one read transaction.
@@ -286,7 +289,9 @@ def _row_from_payloads(request_id: str, recorded_at: float, parts: dict[str, dic
 
 def round_rows(log: EventLog, filters: ReportFilter | None = None) -> Iterator[RoundRow]:
     """The SQL path for a log with an SQLAlchemy ``engine`` (the SQL log), the port fold otherwise."""
-    if hasattr(log, "engine") and hasattr(log, "location"):
+    from specround.adapters.sql import SqlEventLog
+
+    if isinstance(log, SqlEventLog):
         return sql_round_rows(log, filters)
     return port_round_rows(log, filters)
 
