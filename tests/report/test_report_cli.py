@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from specround.adapters.sql import SqlEventLog
 from specround.cli import app
-from specround.report import port_round_rows
+from specround.report import parse_time, port_round_rows
 from specround.report.synthetic import SYNTHETIC_MODELS, SyntheticLogSummary
 
 runner = CliRunner()
@@ -25,6 +25,7 @@ def test_audit_writes_a_filtered_report(
     times = sorted(r.recorded_at for r in rows)
     since = times[len(times) // 2]
     since_iso = dt.datetime.fromtimestamp(since, tz=dt.UTC).isoformat()
+    since = parse_time(since_iso)  # ISO 8601 keeps microseconds: compare with what the command parses
     out = tmp_path / "report"
     result = runner.invoke(
         app,
