@@ -29,7 +29,7 @@ from specround.errors import (
     SpecroundError,
 )
 
-__all__ = ["RETRYABLE_SQLSTATES", "db_errors", "is_retryable", "map_db_error"]
+__all__ = ["RETRYABLE_SQLSTATES", "db_errors", "is_integrity_error", "is_retryable", "map_db_error"]
 
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
 """PostgreSQL serialization failure and deadlock: the transaction may simply be run again."""
@@ -49,6 +49,12 @@ def _class_names(error: BaseException) -> set[str]:
     return {cls.__name__ for cls in type(error).__mro__}
 
 
+def is_integrity_error(error: BaseException) -> bool:
+    """Whether a driver error (SQLAlchemy-wrapped or raw DBAPI) is a unique or foreign key violation."""
+    original = getattr(error, "orig", None) or error
+    return bool((_class_names(error) | _class_names(original)) & _INTEGRITY)
+
+
 def is_retryable(error: BaseException) -> bool:
     """Whether a driver error is a transient conflict (deadlock, serialization failure)."""
     return _sqlstate(error) in RETRYABLE_SQLSTATES
@@ -61,10 +67,9 @@ def map_db_error(error: BaseException, action: str) -> EventLogError:
     message = f"event log could not {action}: {lines[0] if lines else type(original).__name__}"
     if _sqlstate(error) == "42P01" or "no such table" in message:
         return SchemaVersionError(f"{message} (is the schema migrated? run `specround db upgrade URL`)")
-    names = _class_names(error) | _class_names(original)
-    if names & _INTEGRITY:
+    if is_integrity_error(error):
         return LogIntegrityError(message)
-    if names & _UNAVAILABLE:
+    if (_class_names(error) | _class_names(original)) & _UNAVAILABLE:
         return LogUnavailableError(message)
     return EventLogError(message)
 

@@ -33,7 +33,6 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy import exc as sa_exc
 
 from specround.adapters.sql.engine import (
     DEFAULT_BUSY_TIMEOUT_S,
@@ -42,7 +41,7 @@ from specround.adapters.sql.engine import (
     build_engine,
     parse_location,
 )
-from specround.adapters.sql.errors import db_errors, is_retryable
+from specround.adapters.sql.errors import db_errors, is_integrity_error, is_retryable
 from specround.adapters.sql.fence import (
     EVENT_COLUMNS,
     HEAD_UPDATE_COLUMNS,
@@ -137,7 +136,8 @@ class SqlEventLog:
         """Wrap an engine built by :func:`~specround.adapters.sql.engine.build_engine` (see :meth:`open`)."""
         self._engine = engine
         self._location = location
-        self._sql = _Statements(engine.dialect.paramstyle, location.backend == "postgresql")
+        self._postgres = location.backend == "postgresql"
+        self._sql = _Statements(engine.dialect.paramstyle, self._postgres)
         self._closed = False
         self._streams: weakref.WeakSet[Generator[StoredEvent, None, None]] = weakref.WeakSet()
         """Event streams not yet exhausted: each holds a connection (and a read transaction) until it ends."""
@@ -249,6 +249,8 @@ class SqlEventLog:
         pairs = sorted({(p.publication.request_id, p.publication.round_id) for p in prepared})
 
         def attempt(connection: Connection) -> list[PublishOutcome]:
+            # Statements go through exec_driver_sql (no compilation, positional tuples), so the engine's
+            # cursor events see every statement of the transaction.
             heads = self._read_heads(connection, request_ids)
             known = self._read_rounds(connection, pairs)
             plan = plan_publish(prepared, heads, known, time.time())
@@ -343,9 +345,7 @@ class SqlEventLog:
                     raise LogUnavailableError(f"could not {action}: the fence kept moving") from None
             except Exception as error:
                 cause = error.__cause__
-                backstop = isinstance(cause, sa_exc.IntegrityError) or (
-                    cause is not None and is_retryable(cause)
-                )
+                backstop = cause is not None and (is_integrity_error(cause) or is_retryable(cause))
                 if not backstop or attempt == PUBLISH_ATTEMPTS:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
@@ -378,20 +378,38 @@ class SqlEventLog:
     def _stream(self, sql: str, parameters: tuple[Any, ...]) -> Generator[StoredEvent, None, None]:
         loads = load
         with db_errors("read events"), self._engine.connect() as connection:
-            connection = connection.execution_options(**{READ_ONLY: True}, yield_per=STREAM_BATCH)
+            connection = connection.execution_options(**{READ_ONLY: True})
             with connection.begin():
-                for row in connection.exec_driver_sql(sql, parameters):
-                    text = row[9]
-                    yield StoredEvent(
-                        request_id=row[0],
-                        seq=row[1],
-                        kind=row[2],
-                        round_id=row[3],
-                        generation=row[4],
-                        schema_version=row[5],
-                        payload=loads(text),
-                        prev_hash=row[6],
-                        hash=row[7],
-                        recorded_at=row[8],
-                        payload_bytes=text.encode("utf-8"),  # the exact bytes the chain hashed
-                    )
+                raw = connection.connection
+                # PostgreSQL: a named (server-side) cursor streams; SQLite's cursor steps the statement.
+                cursor = raw.cursor(f"specround_events_{id(raw):x}") if self._postgres else raw.cursor()
+                try:
+                    cursor.execute(sql, parameters)
+                    while rows := cursor.fetchmany(STREAM_BATCH):
+                        for (
+                            request_id,
+                            seq,
+                            kind,
+                            round_id,
+                            generation,
+                            version,
+                            prev,
+                            link,
+                            at,
+                            text,
+                        ) in rows:
+                            yield StoredEvent(
+                                request_id,
+                                seq,
+                                kind,
+                                round_id,
+                                generation,
+                                version,
+                                loads(text),
+                                prev,
+                                link,
+                                at,
+                                text.encode("utf-8"),  # the exact bytes the chain hashed
+                            )
+                finally:
+                    cursor.close()
