@@ -9,9 +9,14 @@ Mapping onto Philox (Salmon et al., SC'11; Random123): the 64-bit seed is the ke
 counter block is ``(counter lo32, counter hi32, stream, 0)``. Two of the four output words make one float64
 uniform in ``[0, 1)`` with 53 random bits: ``(w0 >> 5) * 2**26 + (w1 >> 6)`` divided by ``2**53``.
 
-All arithmetic runs on int64 tensors holding 32-bit values. The 32x32 -> 64-bit products are split into
-16-bit halves so that no intermediate exceeds 2**49; the result is therefore exact on every backend,
-without relying on wrap-around of signed overflow.
+All arithmetic runs on int64 tensors holding 32-bit values. The 32x32 -> 64-bit products split the constant
+multiplier into 16-bit halves so that no intermediate exceeds 2**49; the result is therefore exact on every
+backend, without relying on wrap-around of signed overflow.
+
+Op count (the fixed cost of a small batch is torch dispatch, not arithmetic): the two multiplied words
+``(c0, c2)`` and the two passed-through words ``(c1, c3)`` are each stacked into one ``[2, ...]`` tensor and
+the ten round keys are computed up front, so a round is 12 tensor ops (9 for both products, one swap, two
+xors) instead of 26 on separate words.
 """
 
 from __future__ import annotations
@@ -36,15 +41,22 @@ _ROUNDS = 10
 _TWO_POW_53 = float(2**53)
 
 
-def _mulhilo(a: torch.Tensor, multiplier: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return (high, low) 32-bit words of ``a * multiplier`` for 32-bit ``a`` held in int64."""
-    m_hi = multiplier >> 16
-    m_lo = multiplier & 0xFFFF
+_MULT_LO = (_MULT0 & 0xFFFF, _MULT1 & 0xFFFF)
+_MULT_HI = (_MULT0 >> 16, _MULT1 >> 16)
+
+
+def _mulhilo(a: torch.Tensor, m_lo: torch.Tensor, m_hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(high, low) 32-bit words of ``a * (m_hi * 2**16 + m_lo)`` for 32-bit ``a`` and 16-bit ``m_*``."""
     low_part = a * m_lo  # < 2**48
     mid = a * m_hi + (low_part >> 16)  # < 2**48 + 2**32: the product shifted right by 16
     hi = mid >> 16
     lo = ((mid & 0xFFFF) << 16) | (low_part & 0xFFFF)
     return hi, lo
+
+
+def _column(values: tuple[int, int], like: torch.Tensor) -> torch.Tensor:
+    """``[2, 1, ..., 1]`` int64 tensor of two constants, broadcasting against ``like`` ``[2, ...]``."""
+    return torch.tensor(values, dtype=torch.int64, device=like.device).reshape((2,) + (1,) * (like.dim() - 1))
 
 
 def philox4x32(
@@ -56,16 +68,22 @@ def philox4x32(
 
     ``counter`` is the four counter words, ``key`` the two key words; returns the four output words.
     """
-    c0, c1, c2, c3 = (w & MASK32 for w in counter)
-    k0, k1 = (w & MASK32 for w in key)
+    c0, c1, c2, c3, k0, k1 = torch.broadcast_tensors(*counter, *key)
+    multiplied = torch.stack((c0, c2)) & MASK32  # [2, ...] (c0, c2)
+    passed = torch.stack((c1, c3)) & MASK32  # [2, ...] (c1, c3)
+    m_lo, m_hi = _column(_MULT_LO, multiplied), _column(_MULT_HI, multiplied)
+    # Round keys k_r = (k + r * weyl) mod 2**32 for r = 0..rounds-1: [rounds, 2, ...].
+    steps = torch.arange(rounds, dtype=torch.int64, device=multiplied.device).reshape(
+        (rounds,) + (1,) * multiplied.dim()
+    )
+    keys = (torch.stack((k0, k1)) & MASK32) + steps * _column((_WEYL0, _WEYL1), multiplied)
+    keys &= MASK32
     for round_index in range(rounds):
-        if round_index > 0:
-            k0 = (k0 + _WEYL0) & MASK32
-            k1 = (k1 + _WEYL1) & MASK32
-        hi0, lo0 = _mulhilo(c0, _MULT0)
-        hi1, lo1 = _mulhilo(c2, _MULT1)
-        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
-    return c0, c1, c2, c3
+        hi, lo = _mulhilo(multiplied, m_lo, m_hi)  # (hi0, hi1), (lo0, lo1)
+        # (c0, c2) <- (hi1 ^ c1 ^ k0, hi0 ^ c3 ^ k1); (c1, c3) <- (lo1, lo0)
+        multiplied = hi.flip(0) ^ passed ^ keys[round_index]
+        passed = lo.flip(0)
+    return multiplied[0], passed[0], multiplied[1], passed[1]
 
 
 def words_to_uniform(w0: torch.Tensor, w1: torch.Tensor) -> torch.Tensor:
