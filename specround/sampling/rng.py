@@ -68,7 +68,8 @@ def philox4x32(
 
     ``counter`` is the four counter words, ``key`` the two key words; returns the four output words.
     """
-    c0, c1, c2, c3, k0, k1 = torch.broadcast_tensors(*counter, *key)
+    shape = torch.broadcast_shapes(*(w.shape for w in (*counter, *key)))
+    c0, c1, c2, c3, k0, k1 = (w.expand(shape) for w in (*counter, *key))
     multiplied = torch.stack((c0, c2)) & MASK32  # [2, ...] (c0, c2)
     passed = torch.stack((c1, c3)) & MASK32  # [2, ...] (c1, c3)
     m_lo, m_hi = _column(_MULT_LO, multiplied), _column(_MULT_HI, multiplied)
