@@ -21,6 +21,9 @@ xors) instead of 26 on separate words.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 import torch
 
 from specround.sampling.types import Stream
@@ -41,6 +44,7 @@ _ROUNDS = 10
 _TWO_POW_53 = float(2**53)
 
 
+_broadcast_shapes = cast(Callable[..., torch.Size], torch.broadcast_shapes)  # untyped in torch's stubs
 _MULT_LO = (_MULT0 & 0xFFFF, _MULT1 & 0xFFFF)
 _MULT_HI = (_MULT0 >> 16, _MULT1 >> 16)
 
@@ -68,7 +72,7 @@ def philox4x32(
 
     ``counter`` is the four counter words, ``key`` the two key words; returns the four output words.
     """
-    shape = torch.broadcast_shapes(*(w.shape for w in (*counter, *key)))
+    shape = _broadcast_shapes(*(w.shape for w in (*counter, *key)))
     c0, c1, c2, c3, k0, k1 = (w.expand(shape) for w in (*counter, *key))
     multiplied = torch.stack((c0, c2)) & MASK32  # [2, ...] (c0, c2)
     passed = torch.stack((c1, c3)) & MASK32  # [2, ...] (c1, c3)
