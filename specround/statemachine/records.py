@@ -28,7 +28,14 @@ from pydantic import BaseModel
 
 from specround.canonical import canonical_bytes, dumps_trusted, first_non_finite
 
-__all__ = ["assemble", "canonical_text", "record_bytes", "record_digest", "register_record"]
+__all__ = [
+    "assemble",
+    "canonical_text",
+    "record_bytes",
+    "record_digest",
+    "record_digest_of",
+    "register_record",
+]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -118,6 +125,15 @@ def record_bytes(record: BaseModel) -> bytes:
                 f"Out of range float values are not JSON compliant: {type(record).__name__}.{name}"
             )
     return dumps_trusted(data)
+
+
+def record_digest_of(cls: type[BaseModel], values: dict[str, Any]) -> str:
+    """``record_digest(assemble(cls, values))`` without building the record (every field given)."""
+    for name in _FLOAT_FIELDS[cls]:
+        value = values[name]
+        if value is not None and not _finite(value):
+            raise ValueError(f"Out of range float values are not JSON compliant: {cls.__name__}.{name}")
+    return hashlib.sha256(dumps_trusted(values)).hexdigest()
 
 
 def record_digest(record: BaseModel) -> str:

@@ -17,15 +17,16 @@ and its upcasters). The state digest is extended from token folds in O(emitted) 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
+from specround.canonical import GENESIS_HASH, canonical_bytes
 from specround.errors import LogIntegrityError, SpecroundError
 from specround.statemachine.events import EVENT_SCHEMA_VERSION, ROUND_EVENT_KINDS, RequestOpened, parse_event
 from specround.statemachine.ports import EventLog, StoredEvent
-from specround.statemachine.records import assemble
+from specround.statemachine.records import assemble, record_digest_of
 from specround.statemachine.staging import RequestSnapshot, open_snapshot, stage_kv, stage_successor
 from specround.statemachine.state import RequestConfig, RequestState, RngCounters, SpeculativeCommit
 
@@ -40,6 +41,7 @@ __all__ = [
 ]
 
 _OPENED = "request_opened"
+_sha256 = hashlib.sha256
 _TERMINALS = ("correction", "bonus", "stop")
 _REASONS = (None, "stop", "length")
 
@@ -136,15 +138,17 @@ class _Fold:
         """Envelope, sequence and hash-link checks; returns the current-version payload."""
         if event.seq != self.expected_seq:
             raise self._error(event, f"expected seq {self.expected_seq} (an event is missing or reordered)")
-        if event.prev_hash != self.prev_hash:
+        prev_hash = event.prev_hash
+        if prev_hash != self.prev_hash:
             raise self._error(event, "prev_hash does not link to the previous event (dropped or reordered)")
         payload = event.payload
         if self.verify_hashes:
-            stored = event.payload_bytes
-            data = stored if stored is not None else canonical_bytes(payload)
-            if chain_hash(event.prev_hash, data) != event.hash:
+            data = event.payload_bytes
+            if data is None:
+                data = canonical_bytes(payload)
+            if _sha256(prev_hash.encode("ascii") + data).hexdigest() != event.hash:  # chain_hash, inlined
                 raise self._error(event, "hash does not match the payload (edited event)")
-        if payload.get("kind") != event.kind or payload.get("request_id") != event.request_id:
+        if payload.get("kind") != event.kind or payload.get("request_id") != self.request_id:
             raise self._error(event, "the envelope disagrees with the payload's kind or request id")
         if payload.get("schema_version") != EVENT_SCHEMA_VERSION:
             try:
@@ -201,7 +205,9 @@ class _Fold:
         if terminal not in _TERMINALS or reason not in _REASONS or bool(reason) != bool(finished):
             raise fail(f"terminal {terminal!r} / finish {finished!r} {reason!r} is not a valid outcome")
         vocab = self.config.vocab_size
-        if any(not 0 <= t < vocab for t in emitted) or any(not 0 <= t < vocab for t in draft_ids):
+        if (emitted and (min(emitted) < 0 or max(emitted) >= vocab)) or (
+            draft_ids and (min(draft_ids) < 0 or max(draft_ids) >= vocab)
+        ):
             raise fail("a token outside the vocabulary")
         # INV-2: growth = accepted drafts plus one correction/bonus unless a stop ended the prefix.
         if len(emitted) != accepted + (0 if terminal == "stop" else 1):
@@ -269,29 +275,29 @@ class _Fold:
                 f"publishes generation {published['generation']}, expected {s0.generation + 1} (INV-6)"
             )
         assert self.round_id is not None
-        commit = assemble(
+        commit_digest = record_digest_of(
             SpeculativeCommit,
-            dict(
-                request_id=self.request_id,
-                round_id=self.round_id,
-                expected_generation=s0.generation,
-                layout=self.config.layout,
-                accepted_draft_count=accepted,
-                terminal_kind=terminal,
-                emitted_token_ids=emitted,
-                committed_kv_token_ids=kv.committed_token_ids,
-                discarded_kv_token_ids=kv.discarded_token_ids,
-                rng_before=rng.as_tuple(),
-                rng_after=rng_after.as_tuple(),
-                processor_before_hash=s0.processors_digest,
-                processor_after_hash=successor.state.processors_digest,
-                finished=finished,
-                finish_reason=reason,
-                coordinate_digest=ready["coordinate_digest"],
-                successor_digest=successor.digest,
-            ),
+            {
+                "request_id": self.request_id,
+                "round_id": self.round_id,
+                "expected_generation": s0.generation,
+                "layout": self.config.layout,
+                "accepted_draft_count": accepted,
+                "terminal_kind": terminal,
+                "emitted_token_ids": emitted,
+                "committed_kv_token_ids": kv.committed_token_ids,
+                "discarded_kv_token_ids": kv.discarded_token_ids,
+                "rng_before": rng.as_tuple(),
+                "rng_after": rng_after.as_tuple(),
+                "processor_before_hash": s0.processors_digest,
+                "processor_after_hash": successor.state.processors_digest,
+                "finished": finished,
+                "finish_reason": reason,
+                "coordinate_digest": ready["coordinate_digest"],
+                "successor_digest": successor.digest,
+            },
         )
-        if published["commit_digest"] != commit.digest():
+        if published["commit_digest"] != commit_digest:
             raise fail("the commit digest does not match the round's events")
         if self.observer is not None:
             self.observer(

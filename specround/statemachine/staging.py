@@ -200,8 +200,9 @@ def stage_successor(
             finish_reason=finish_reason,
         ),
     )
-    output_fold = fold_tokens(start.output_fold, emitted)
+    # C_1 == O_1[:-1] (checked above), so O_1's fold is C_1's fold extended by the final token alone.
     cache_fold = fold_tokens(start.cache_fold, committed)
+    output_fold = fold_tokens(cache_fold, emitted[-1:])
     return RequestSnapshot(
         state=state,
         chain=chain,
