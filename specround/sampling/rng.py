@@ -21,9 +21,6 @@ xors) instead of 26 on separate words.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import cast
-
 import torch
 
 from specround.sampling.types import Stream
@@ -44,7 +41,6 @@ _ROUNDS = 10
 _TWO_POW_53 = float(2**53)
 
 
-_broadcast_shapes = cast(Callable[..., torch.Size], torch.broadcast_shapes)  # untyped in torch's stubs
 _MULT_LO = (_MULT0 & 0xFFFF, _MULT1 & 0xFFFF)
 _MULT_HI = (_MULT0 >> 16, _MULT1 >> 16)
 
@@ -56,6 +52,19 @@ def _mulhilo(a: torch.Tensor, m_lo: torch.Tensor, m_hi: torch.Tensor) -> tuple[t
     hi = mid >> 16
     lo = ((mid & 0xFFFF) << 16) | (low_part & 0xFFFF)
     return hi, lo
+
+
+def _broadcast_shape(*tensors: torch.Tensor) -> tuple[int, ...]:
+    """The broadcast shape of ``tensors`` (torch's rules; plain Python, no tensor op)."""
+    ndim = max(t.dim() for t in tensors)
+    shape = [1] * ndim
+    for tensor in tensors:
+        for axis, size in enumerate(tensor.shape, start=ndim - tensor.dim()):
+            if size != 1:
+                if shape[axis] not in (1, size):
+                    raise ValueError(f"shapes {[tuple(t.shape) for t in tensors]} do not broadcast")
+                shape[axis] = size
+    return tuple(shape)
 
 
 def _column(values: tuple[int, int], like: torch.Tensor) -> torch.Tensor:
@@ -72,7 +81,7 @@ def philox4x32(
 
     ``counter`` is the four counter words, ``key`` the two key words; returns the four output words.
     """
-    shape = _broadcast_shapes(*(w.shape for w in (*counter, *key)))
+    shape = _broadcast_shape(*counter, *key)
     c0, c1, c2, c3, k0, k1 = (w.expand(shape) for w in (*counter, *key))
     multiplied = torch.stack((c0, c2)) & MASK32  # [2, ...] (c0, c2)
     passed = torch.stack((c1, c3)) & MASK32  # [2, ...] (c1, c3)
