@@ -179,7 +179,7 @@ def time_ledger(data: ReportData, fig: Figure) -> None:
         times, *parts.values(), labels=list(parts), colors=[_COLOURS[name] for name in parts], alpha=0.85
     )
     top.set_ylabel("ms per round")
-    top.legend(loc="upper left", fontsize=8, ncols=4)
+    fig.legend(loc="outside upper center", fontsize=8, ncols=4)
     top.set_title("Time ledger per round (T_D + T_V + T_S + T_Q)", fontsize=10)
     bottom.plot(times, _values([b.time_per_token for b in timed]) * 1e3, "-", color="#333333")
     bottom.set_ylabel("ms per token")
