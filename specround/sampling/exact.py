@@ -386,31 +386,29 @@ def _check_terminal_rows(
     vocab = batch.p.shape[2]
     p_rows_per_request = batch.p.shape[1]
     q_rows_per_request = max(batch.q.shape[1], 1)
-
-    def describe(kind: str, flat: torch.Tensor, per_request: int) -> Callable[[tuple[int, ...]], str]:
-        def text(index: tuple[int, ...]) -> str:
-            b, row = divmod(int(flat[index[0]]), per_request)
-            return f"{kind} row {row} of request {b} (a terminal row)"
-
-        return text
-
-    def reader(source: torch.Tensor, flat: torch.Tensor) -> Callable[[tuple[int, ...]], torch.Tensor]:
-        rows_2d = source.reshape(-1, vocab)
-        return lambda index: rows_2d[int(flat[index[0]])]
-
-    checks = (
-        (p_stats, batch.p, rows.p_index, p_rows_per_request, "p"),
-        (q_stats, batch.q, rows.q_index, q_rows_per_request, "q"),
+    n_p = rows.p_index.shape[0]
+    # One check over the N p rows followed by the C q rows.
+    stats = RowStatistics(
+        torch.cat((p_stats.total, q_stats.total)), torch.cat((p_stats.minimum, q_stats.minimum))
     )
-    for stats, source, flat, per_request, kind in checks:
-        check_row_statistics(
-            stats,
-            torch.ones(flat.shape, dtype=torch.bool, device=flat.device),
-            dtype=source.dtype,
-            vocab_size=vocab,
-            describe=describe(kind, flat, per_request),
-            rows=reader(source, flat),
-        )
+
+    def locate(index: tuple[int, ...]) -> tuple[str, torch.Tensor, int, int]:
+        """(kind, source rows, flat row, rows per request) of entry ``index`` of the joint statistics."""
+        (i,) = index
+        if i < n_p:
+            return "p", batch.p, int(rows.p_index[i]), p_rows_per_request
+        return "q", batch.q, int(rows.q_index[i - n_p]), q_rows_per_request
+
+    def describe(index: tuple[int, ...]) -> str:
+        kind, _, flat, per_request = locate(index)
+        b, row = divmod(flat, per_request)
+        return f"{kind} row {row} of request {b} (a terminal row)"
+
+    def read(index: tuple[int, ...]) -> torch.Tensor:
+        _, source, flat, _ = locate(index)
+        return source.reshape(-1, vocab)[flat]
+
+    check_row_statistics(stats, None, dtype=batch.p.dtype, vocab_size=vocab, describe=describe, rows=read)
 
 
 def _draw_terminal(

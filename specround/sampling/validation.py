@@ -81,7 +81,7 @@ def _raise_first(checks: list[_Check]) -> None:
     """Raise the error of the first failing check; one host synchronisation for the whole list."""
     if not checks:
         return
-    failed = torch.stack([flag.reshape(()) for flag, _ in checks]).tolist()
+    failed = torch.stack([flag if flag.dim() == 0 else flag.reshape(()) for flag, _ in checks]).tolist()
     for is_failed, (_, make_error) in zip(failed, checks, strict=True):
         if is_failed:
             raise make_error()
@@ -143,49 +143,59 @@ def check_batch_structure(batch: SamplerBatch) -> None:
     lens, ids = batch.draft_lens, batch.draft_ids
     positions = torch.arange(k_max, device=p.device)  # [K]
     within = positions[None, :] < lens[:, None]  # [B, K]
-    bad_len = (lens < 0) | (lens > k_max)  # [B]
-    bad_id = within & ((ids < 0) | (ids >= vocab))  # [B, K]
-    missing_pad = ~within & (ids != PAD_ID)  # [B, K]
-    bad_budget = batch.remaining < 1  # [B]
-    bad_accept = (batch.accept_counters < 0) | (batch.accept_counters > _INT64_MAX - k_max)  # [B]
-    bad_terminal = (batch.terminal_counters < 0) | (batch.terminal_counters > _INT64_MAX - 1)  # [B]
-    bad_stop = (stop_ids != PAD_ID) & ((stop_ids < 0) | (stop_ids >= vocab))  # [B, S] or [B, K+1, S]
+    bad_len = lens.clamp(0, k_max) != lens  # [B]
+    # One comparison finds both kinds of bad id: out of [0, V) within the draft length, not PAD_ID beyond.
+    misplaced = ids != torch.where(within, ids.clamp(0, vocab - 1), PAD_ID)  # [B, K]
+    counters = torch.stack((batch.remaining, batch.accept_counters, batch.terminal_counters))  # [3, B]
+    low = torch.tensor((1, 0, 0), dtype=torch.int64, device=p.device)[:, None]  # [3, 1]
+    high = torch.tensor((_INT64_MAX, _INT64_MAX - k_max, _INT64_MAX - 1), device=p.device)[:, None]
+    bad_counter = (counters < low) | (counters > high)  # [3, B]: budget, ACCEPT, TERMINAL
+    # A stop id is valid when it is PAD_ID (-1) or in [0, V): exactly the integers in [PAD_ID, V - 1].
+    bad_stop = stop_ids.clamp(PAD_ID, vocab - 1) != stop_ids  # [B, S] or [B, K+1, S]
+    # The checks above are fused; the error functions below (run only on failure) tell the cases apart.
 
     def bad_len_error() -> InputError:
         (b,) = _first_index(bad_len)
         return ShapeMismatchError(f"draft_lens[{b}] = {int(lens[b])} is outside 0..K = 0..{k_max}")
 
     def bad_id_error() -> InputError:
-        b, i = _first_index(bad_id)
+        b, i = _first_index(within & misplaced)
         return DraftIdOutOfVocabError(
             f"draft id {int(ids[b, i])} of request {b} at position {i} is outside [0, {vocab})"
         )
 
     def missing_pad_error() -> InputError:
-        b, i = _first_index(missing_pad)
+        b, i = _first_index(~within & misplaced)
         return ShapeMismatchError(
             f"request {b} drafted {int(lens[b])} tokens but holds id {int(ids[b, i])} at position {i}; "
             f"positions beyond the draft length must be PAD_ID = {PAD_ID}"
         )
 
     def bad_budget_error() -> InputError:
-        (b,) = _first_index(bad_budget)
+        (b,) = _first_index(bad_counter[0])
         return InvalidRequestError(
             f"remaining[{b}] = {int(batch.remaining[b])}: a round needs a budget of at least 1"
         )
 
     def bad_accept_error() -> InputError:
-        (b,) = _first_index(bad_accept)
+        (b,) = _first_index(bad_counter[1])
         return InvalidRequestError(
             f"accept_counters[{b}] = {int(batch.accept_counters[b])} is negative or leaves no room for "
             f"{k_max} draws"
         )
 
     def bad_terminal_error() -> InputError:
-        (b,) = _first_index(bad_terminal)
+        (b,) = _first_index(bad_counter[2])
         return InvalidRequestError(
             f"terminal_counters[{b}] = {int(batch.terminal_counters[b])} is negative or exhausted"
         )
+
+    def bad_counter_error() -> InputError:
+        first = bad_counter.any(1).tolist()  # budget, ACCEPT, TERMINAL: report the first kind that failed
+        return (bad_budget_error, bad_accept_error, bad_terminal_error)[first.index(True)]()
+
+    def misplaced_error() -> InputError:
+        return bad_id_error() if bool((within & misplaced).any()) else missing_pad_error()
 
     def bad_stop_error() -> InputError:
         where = _first_index(bad_stop)
@@ -196,11 +206,8 @@ def check_batch_structure(batch: SamplerBatch) -> None:
     _raise_first(
         [
             (bad_len.any(), bad_len_error),
-            (bad_id.any(), bad_id_error),
-            (missing_pad.any(), missing_pad_error),
-            (bad_budget.any(), bad_budget_error),
-            (bad_accept.any(), bad_accept_error),
-            (bad_terminal.any(), bad_terminal_error),
+            (misplaced.any(), misplaced_error),
+            (bad_counter.any(), bad_counter_error),
             (bad_stop.any(), bad_stop_error),
         ]
     )
@@ -234,8 +241,9 @@ def check_reached_uniforms(
     ``reached`` [B, K] marks the reached acceptance tests and ``drawn`` [B] the requests with a terminal
     draw. Unused entries are not checked: a replayed log legitimately holds NaN there.
     """
-    bad_accept = reached & ~((accept_uniforms >= 0) & (accept_uniforms < 1))  # [B, K]
-    bad_terminal = drawn & ~((terminal_uniforms >= 0) & (terminal_uniforms < 1))  # [B]
+    # floor(u) == 0 exactly when 0 <= u < 1; NaN and infinities fail too.
+    bad_accept = reached & (accept_uniforms.floor() != 0)  # [B, K]
+    bad_terminal = drawn & (terminal_uniforms.floor() != 0)  # [B]
 
     def bad_accept_error() -> InputError:
         b, i = _first_index(bad_accept)
@@ -258,8 +266,9 @@ def check_draft_values(p_draft: torch.Tensor, q_draft: torch.Tensor, within: tor
     Raises :class:`NonFiniteProbabilityError`, :class:`NegativeMassError`, and
     :class:`ZeroProposalProbabilityError` when ``q_i(d_i) = 0``: the proposal could not have sampled it.
     """
-    non_finite = within & ~(torch.isfinite(p_draft) & torch.isfinite(q_draft))  # [B, K]
-    negative = within & ((p_draft < 0) | (q_draft < 0))  # [B, K]
+    # x - x is 0 for a finite x and NaN for NaN or an infinity: one sum tests both rows.
+    non_finite = within & ((p_draft - p_draft) + (q_draft - q_draft) != 0)  # [B, K]
+    negative = within & (torch.minimum(p_draft, q_draft) < 0)  # [B, K]
     zero_q = within & (q_draft == 0)  # [B, K]
 
     def describe(mask: torch.Tensor) -> str:
@@ -300,7 +309,7 @@ def row_statistics(rows: torch.Tensor) -> RowStatistics:
 
 def check_row_statistics(
     stats: RowStatistics,
-    checked: torch.Tensor,
+    checked: torch.Tensor | None,
     *,
     dtype: torch.dtype,
     vocab_size: int,
@@ -309,14 +318,19 @@ def check_row_statistics(
 ) -> None:
     """Refuse non-finite, negative or unnormalised rows among those marked by ``checked``.
 
-    ``stats`` holds each row's sum and minimum; ``describe(index)`` names the row at ``index`` in messages and
+    ``stats`` holds each row's sum and minimum; ``checked`` marks the rows to check (None: every row);
+    ``describe(index)`` names the row at ``index`` in messages and
     ``rows(index)`` returns it, to tell a true infinity from a sum that overflowed (only on failure).
     Raises :class:`NonFiniteProbabilityError`, :class:`NegativeMassError` or :class:`NotNormalisedError`.
     """
     tolerance = normalisation_tolerance(dtype, vocab_size)
-    non_finite = checked & ~(torch.isfinite(stats.total) & ~torch.isnan(stats.minimum))
-    negative = checked & (stats.minimum < 0)
-    off = checked & ((stats.total - 1.0).abs() > tolerance)
+    total, minimum = stats.total, stats.minimum
+    # x - x is 0 for a finite x, NaN otherwise: a non-finite sum or a NaN minimum.
+    non_finite = (total - total) + (minimum - minimum) != 0
+    negative = minimum < 0
+    off = (total - 1.0).abs() > tolerance
+    if checked is not None:
+        non_finite, negative, off = checked & non_finite, checked & negative, checked & off
 
     def non_finite_error() -> InputError:
         index = _first_index(non_finite)
