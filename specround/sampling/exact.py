@@ -268,8 +268,9 @@ def round_uniforms(batch: SamplerBatch) -> tuple[torch.Tensor, torch.Tensor]:
     counters = torch.cat(
         [batch.accept_counters[:, None] + positions[None, :], batch.terminal_counters[:, None]], dim=1
     )  # [B, K+1]
-    streams = torch.full((k_max + 1,), int(Stream.ACCEPT), dtype=torch.int64, device=device)  # [K+1]
-    streams[k_max] = int(Stream.TERMINAL)
+    streams = torch.tensor(
+        [int(Stream.ACCEPT)] * k_max + [int(Stream.TERMINAL)], dtype=torch.int64, device=device
+    )  # [K+1]
     drawn = uniforms(batch.seeds[:, None], streams[None, :], counters)  # [B, K+1]
     return drawn[:, :k_max], drawn[:, k_max]
 
@@ -506,32 +507,26 @@ def _terminal_draws(
     """Draw the correction or bonus token of every request that needs one, from row ``A`` (0x03C, 0x03H)."""
     n_batch, k_max = batch.draft_ids.shape
     device = n_accepted.device
-    outcome = _TerminalOutcome(
-        tokens=torch.full((n_batch,), PAD_ID, dtype=torch.int64, device=device),
-        total=torch.full((n_batch,), _NAN, dtype=_F64, device=device),
-        mass_before=torch.full((n_batch,), _NAN, dtype=_F64, device=device),
-        token_mass=torch.full((n_batch,), _NAN, dtype=_F64, device=device),
-        degenerate=torch.zeros(n_batch, dtype=torch.bool, device=device),
-    )
+    tokens = torch.full((n_batch,), PAD_ID, dtype=torch.int64, device=device)  # [B]
+    masses = torch.full((3, n_batch), _NAN, dtype=_F64, device=device)  # [3, B] total, before, token
+    degenerate = torch.zeros(n_batch, dtype=torch.bool, device=device)  # [B]
     drawing = needs_terminal.nonzero().squeeze(1)  # [N]
-    if drawing.numel() == 0:
-        return outcome
-    is_correction = n_accepted[drawing] < batch.draft_lens[drawing]  # [N]
-    drawing = drawing[torch.argsort((~is_correction).to(torch.int8), stable=True)]  # corrections first
-    n_correction = int(is_correction.sum())
-    a_rows = n_accepted[drawing]  # [N]
-    rows = _TerminalRows(
-        batch_rows=drawing,
-        p_index=drawing * (k_max + 1) + a_rows,
-        q_index=drawing[:n_correction] * k_max + a_rows[:n_correction],
-    )
-    rows, draw, degenerate_rows = _draw_terminal(batch, rows, terminal_uniforms, mode)
-    outcome.tokens[rows.batch_rows] = draw.tokens
-    outcome.total[rows.batch_rows] = draw.total
-    outcome.mass_before[rows.batch_rows] = draw.mass_before
-    outcome.token_mass[rows.batch_rows] = draw.token_mass
-    outcome.degenerate[rows.batch_rows] = degenerate_rows
-    return outcome
+    if drawing.numel():
+        is_correction = n_accepted[drawing] < batch.draft_lens[drawing]  # [N]
+        drawing = drawing[torch.argsort((~is_correction).to(torch.int8), stable=True)]  # corrections first
+        n_correction = int(is_correction.sum())
+        a_rows = n_accepted[drawing]  # [N]
+        rows = _TerminalRows(
+            batch_rows=drawing,
+            p_index=drawing * (k_max + 1) + a_rows,
+            q_index=drawing[:n_correction] * k_max + a_rows[:n_correction],
+        )
+        rows, draw, degenerate_rows = _draw_terminal(batch, rows, terminal_uniforms, mode)
+        tokens[rows.batch_rows] = draw.tokens
+        masses[:, rows.batch_rows] = torch.stack((draw.total, draw.mass_before, draw.token_mass))
+        degenerate[rows.batch_rows] = degenerate_rows
+    total, mass_before, token_mass = masses.unbind(0)
+    return _TerminalOutcome(tokens, total, mass_before, token_mass, degenerate)
 
 
 def _check_mode(validate: str) -> ValidationMode:

@@ -92,10 +92,10 @@ def philox4x32(
     )
     keys = (torch.stack((k0, k1)) & MASK32) + steps * _column((_WEYL0, _WEYL1), multiplied)
     keys &= MASK32
-    for round_index in range(rounds):
+    for round_key in keys.unbind(0):
         hi, lo = _mulhilo(multiplied, m_lo, m_hi)  # (hi0, hi1), (lo0, lo1)
         # (c0, c2) <- (hi1 ^ c1 ^ k0, hi0 ^ c3 ^ k1); (c1, c3) <- (lo1, lo0)
-        multiplied = hi.flip(0) ^ passed ^ keys[round_index]
+        multiplied = hi.flip(0) ^ passed ^ round_key
         passed = lo.flip(0)
     return multiplied[0], passed[0], multiplied[1], passed[1]
 
