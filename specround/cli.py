@@ -494,6 +494,59 @@ def faults(
         raise typer.Exit(1)
 
 
+@bench_app.command("e2e")
+def bench_e2e(
+    max_tokens: int = typer.Option(96, "--max-tokens", min=1, help="Token budget per generation."),
+    classes: str = typer.Option("copy,code,prose", "--classes", help="Prompt classes (benchmarks/prompts)."),
+    temperatures: str = typer.Option("0,0.7", "--temperatures", help="Comma-separated temperatures."),
+    drafts: str = typer.Option(
+        "ngram,early-exit:24,model:bf16", "--drafts", help="Comma-separated --draft specifications."
+    ),
+    k: int = typer.Option(4, "--k", min=1, max=8, help="The fixed draft length compared."),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="Interleaved repetitions (medians reported)."),
+    skip_hf: bool = typer.Option(False, "--skip-hf", help="Leave out transformers' generate."),
+    layout: str = typer.Option("replay_frontier", "--layout", help="replay_frontier | retained_frontier."),
+    prompts: str | None = typer.Option(
+        None, "--prompts", help="Prompt directory (default: benchmarks/prompts)."
+    ),
+    threads: int = typer.Option(1, "--threads", min=1, help="Torch intra-op threads for the run."),
+    seed: int = typer.Option(0, "--seed", help="Base seed of the sampled generations."),
+) -> None:
+    """End-to-end tokens/s: plain decode, every proposer (fixed K, auto) and transformers, in one run."""
+    from pathlib import Path
+
+    from specround.bench.e2e import run_e2e_bench
+    from specround.errors import SpecroundError
+
+    try:
+        temps = [float(part) for part in temperatures.split(",") if part.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter(
+            f"not a list of numbers: {temperatures!r}", param_hint="--temperatures"
+        ) from exc
+    if not temps or min(temps) < 0:
+        raise typer.BadParameter("temperatures must be >= 0", param_hint="--temperatures")
+    try:
+        report = run_e2e_bench(
+            classes=[c.strip() for c in classes.split(",") if c.strip()],
+            temperatures=temps,
+            drafts=[d.strip() for d in drafts.split(",") if d.strip()],
+            k=k,
+            max_tokens=max_tokens,
+            repeats=repeats,
+            skip_hf=skip_hf,
+            layout=layout,
+            prompts_dir=Path(prompts) if prompts else None,
+            threads=threads,
+            seed=seed,
+            progress=lambda line: typer.echo(line, err=True),
+        )
+    except SpecroundError as exc:
+        typer.echo(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(report.model_dump_json(indent=2))
+
+
 @app.command()
 def generate(
     prompt: str = typer.Argument(..., help="The user message (wrapped in the model's chat template)."),
@@ -613,7 +666,8 @@ def generate(
         raise typer.Exit(130) from None
     except SpecroundError as exc:
         typer.echo(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}", err=True)
-        typer.echo(f"the log {session.log_path} holds every round published before the error", err=True)
+        if session.log_path.is_file():
+            typer.echo(f"{session.log_path} holds every round published before the error", err=True)
         raise typer.Exit(1) from exc
     if as_json:
         typer.echo(json.dumps(report.as_json(), indent=2))

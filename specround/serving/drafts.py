@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -36,6 +36,7 @@ __all__ = [
     "REDUCED_PRECISION_ALIASES",
     "DraftSpec",
     "build_proposer",
+    "draft_cost_hint",
     "parse_draft_spec",
     "vocabulary_digest",
 ]
@@ -159,3 +160,37 @@ def build_proposer(spec: DraftSpec, target: object, *, vocab_digest: str | None 
     return ModelProposer(
         LlamaTarget(draft.model, model_id=draft.model_id), proposer_id=f"model:{draft.model_id}"
     )
+
+
+def _streamed_elements(weights: Any, layers: int) -> int:
+    """Weight elements one decode step reads: ``layers`` blocks, the final norm and the head."""
+    blocks = sum(t.numel() for layer in weights.layers[:layers] for t in layer.tensors().values())
+    return int(blocks + weights.norm.numel() + weights.lm_head.numel())
+
+
+def draft_cost_hint(spec: DraftSpec, target: object, proposer: Proposer | None) -> float | None:
+    """Declared cost of one draft token relative to a one-row target step, for the adaptive policy.
+
+    A CPU decode step streams its weights once, so its cost is about proportional to the weight elements it
+    reads: 0 for a lookup, ``(N blocks + head) / (L blocks + head)`` for an early exit at N layers, 1 for
+    the reduced-precision copy (computed in float32, the same shapes), and the element ratio for a
+    separate draft model. None when there is no proposer.
+    """
+    from specround.adapters.llama import LlamaTarget
+    from specround.adapters.proposers import ModelProposer
+
+    if proposer is None or spec.kind == "none":
+        return None
+    if spec.kind == "ngram":
+        return 0.0
+    if not isinstance(target, LlamaTarget):
+        return None
+    full = _streamed_elements(target.model.weights, target.model.config.num_layers)
+    if spec.kind == "early-exit":
+        return _streamed_elements(target.model.weights, spec.layers) / full
+    if spec.kind == "copy":
+        return 1.0
+    if isinstance(proposer, ModelProposer) and isinstance(proposer.engine, LlamaTarget):
+        engine = proposer.engine
+        return _streamed_elements(engine.model.weights, engine.num_layers) / full
+    return None

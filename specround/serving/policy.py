@@ -34,17 +34,24 @@ expected committed tokens per second under measured costs (0x05C):
 
 Warm-up and priors (stated, and overridden by measurements as they arrive):
 
-* The first step asks for :data:`WARMUP_DRAFT_LENGTH` drafts per request and verifies what is offered,
-  which measures the proposer's cost and a multi-row verification; until every cost line has data the
-  policy stays in warm-up.
-* Each ``alpha_j^reach`` starts from a Beta prior of mean :data:`PRIOR_ACCEPTANCE` and weight
-  :data:`PRIOR_WEIGHT` tests; per-request counts decay by :data:`REACH_DECAY` per round that verified a
-  draft (a memory of about ten rounds), so the policy follows a request from copying text to free text.
+* A declared *draft cost hint* (seconds of one draft token relative to a one-row target step, from the
+  weight bytes a draft token streams: :func:`specround.serving.drafts.draft_cost_hint`) prices drafting
+  until the proposer's own cost is measured; the first step then decodes plainly (K = 0) to measure the
+  target. Without a hint the first step asks for :data:`WARMUP_DRAFT_LENGTH` drafts to measure the
+  proposer. Until the cost lines it needs have data the policy stays in this warm-up.
+* ``alpha_1^reach`` starts from a Beta prior of mean :data:`PRIOR_ACCEPTANCE` and weight
+  :data:`PRIOR_WEIGHT` tests, and each later position's prior is the estimate of the position before it
+  (deeper positions resemble the last one measured). Per-request counts decay by :data:`REACH_DECAY` per
+  round that verified a draft (a memory of about ten rounds), so the policy follows a request from copying
+  text to free text.
 * Cost lines start from the prior lines of :mod:`specround.serving.costs`: the draft line through the
   origin (a call for zero drafts costs nothing), the verification and state lines with a per-row slope of
   :data:`VERIFY_SLOPE_RATIO` of their intercept (about what a packed CPU verification costs per extra row).
 * A request that verified no draft for :data:`PROBE_INTERVAL` rounds asks for and verifies one draft
-  once, so that a stale acceptance estimate cannot lock speculation off forever.
+  once, so that a stale acceptance estimate cannot lock speculation off forever; each probe doubles the
+  wait before the next, and no probe is made unless certain acceptance would beat plain decoding by
+  :data:`PROBE_MARGIN` under the predicted costs (a draft model nearly as expensive as the target never
+  pays enough to be worth its probes).
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ __all__ = [
     "PRIOR_ACCEPTANCE",
     "PRIOR_WEIGHT",
     "PROBE_INTERVAL",
+    "PROBE_MARGIN",
     "REACH_DECAY",
     "VERIFY_SLOPE_RATIO",
     "WARMUP_DRAFT_LENGTH",
@@ -89,6 +97,9 @@ VERIFY_SLOPE_RATIO = 0.1
 """Prior per-row slope of the verification and state lines, relative to their intercept."""
 PROBE_INTERVAL = 16
 """Rounds at K = 0 after which a request verifies one draft once."""
+PROBE_MARGIN = 0.25
+"""A probe is made only if certain acceptance would beat plain decoding by this fraction (a probe costs a
+draft model its catch-up over the tokens it skipped, and a two-row verification)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,17 +190,25 @@ class FixedDraftLength:
 
 @dataclass(slots=True)
 class _Reach:
-    """Decayed evidence behind one request's ``alpha_j^reach``, and its run of K = 0 rounds."""
+    """Decayed evidence behind one request's ``alpha_j^reach``, and its probing schedule."""
 
     reached: list[float] = field(default_factory=lambda: [0.0] * MAX_DRAFT_LENGTH)
     accepted: list[float] = field(default_factory=lambda: [0.0] * MAX_DRAFT_LENGTH)
     zero_streak: int = 0
+    """Rounds in a row that verified no draft."""
+    probe_interval: int = PROBE_INTERVAL
+    """Rounds without drafts before the next probe (doubles after every probe)."""
+    probing: bool = False
+    """The current round is a probe (set by ``choose``, honoured and cleared by ``trim``)."""
 
     def rates(self) -> list[float]:
-        return [
-            (accepted + PRIOR_ACCEPTANCE * PRIOR_WEIGHT) / (reached + PRIOR_WEIGHT)
-            for reached, accepted in zip(self.reached, self.accepted, strict=True)
-        ]
+        """Posterior means; position j's prior is position j-1's estimate (position 1's: the prior)."""
+        out: list[float] = []
+        prior = PRIOR_ACCEPTANCE
+        for reached, accepted in zip(self.reached, self.accepted, strict=True):
+            prior = (accepted + prior * PRIOR_WEIGHT) / (reached + PRIOR_WEIGHT)
+            out.append(prior)
+        return out
 
     def observe(self, outcome: RoundOutcome) -> None:
         self.zero_streak = 0 if outcome.drafted else self.zero_streak + 1
@@ -209,14 +228,29 @@ class AdaptiveDraftLength:
     """Per-step K maximising expected tokens per second under measured costs (module docstring)."""
 
     def __init__(
-        self, layout: Layout | str = Layout.REPLAY_FRONTIER, *, max_k: int = MAX_DRAFT_LENGTH
+        self,
+        layout: Layout | str = Layout.REPLAY_FRONTIER,
+        *,
+        max_k: int = MAX_DRAFT_LENGTH,
+        draft_cost_hint: float | None = None,
     ) -> None:
+        """Create the policy for one verification layout.
+
+        ``draft_cost_hint`` is the declared seconds of one draft token relative to a one-row target step
+        (0 for a lookup; see :func:`specround.serving.drafts.draft_cost_hint`), used until the proposer's
+        own cost is measured. None means unknown: the first step drafts :data:`WARMUP_DRAFT_LENGTH`
+        tokens to measure it.
+        """
         if isinstance(max_k, bool) or not isinstance(max_k, int) or not 0 <= max_k <= MAX_DRAFT_LENGTH:
             raise InvalidRequestError(f"max_k lies in 0..{MAX_DRAFT_LENGTH}, got {max_k!r}")
+        if draft_cost_hint is not None and not (math.isfinite(draft_cost_hint) and draft_cost_hint >= 0.0):
+            raise InvalidRequestError(f"draft_cost_hint must be finite and >= 0, got {draft_cost_hint!r}")
         self.layout = Layout(layout)
         """The verification layout (it shapes the target calls)."""
         self.max_k = max_k
         """The largest K considered."""
+        self.draft_cost_hint = draft_cost_hint
+        """Declared draft cost per token relative to a one-row target step (None: measure it first)."""
         self.draft_cost = LinearCost("draft seconds per call vs K", slope_ratio=math.inf)
         self.verify_cost = TabulatedCost("verify seconds per call vs rows", slope_ratio=VERIFY_SLOPE_RATIO)
         self.state_cost = LinearCost("state seconds per round vs K", slope_ratio=VERIFY_SLOPE_RATIO)
@@ -249,23 +283,46 @@ class AdaptiveDraftLength:
         frontier = self.verify_cost.predict(len(ks))
         return frontier + (self.verify_cost.predict(rows) if rows else 0.0)
 
+    def draft_seconds(self, k: int) -> float:
+        """Predicted seconds of a proposer call asked for ``k`` drafts (measured, else from the hint)."""
+        if k <= 0:
+            return 0.0
+        if self.draft_cost.ready:
+            return self.draft_cost.predict(k)
+        hint = self.draft_cost_hint or 0.0
+        return hint * k * self.verify_cost.predict(1)
+
     def step_seconds(self, ks: Sequence[int], *, drafting: bool = True) -> float:
         """Predicted wall seconds of a step with draft lengths ``ks`` (without the proposer when trimming)."""
-        longest = max(ks, default=0)
-        draft = self.draft_cost.predict(longest) if drafting and longest else 0.0
+        draft = self.draft_seconds(max(ks, default=0)) if drafting else 0.0
         state = math.fsum(self.state_cost.predict(k) for k in ks)
         return draft + self._target_seconds(ks) + state + self.gap_s
 
     @property
     def warming_up(self) -> bool:
-        """Whether a cost line still lacks data (the policy then asks for the warm-up K)."""
-        return not (self.draft_cost.ready and self.verify_cost.ready and self.state_cost.ready)
+        """Whether the costs needed for a choice are still unmeasured (the policy then runs its warm-up)."""
+        measured = self.verify_cost.ready and self.state_cost.ready
+        return not measured or (self.draft_cost_hint is None and not self.draft_cost.ready)
 
-    def _best(self, slots: Sequence[DraftSlot], *, drafting: bool) -> tuple[list[int], float, float]:
-        """The K vector maximising expected tokens per second, with its (tokens, seconds)."""
+    def _warm_up_length(self, slot: DraftSlot) -> int:
+        """Without a hint the warm-up drafts to measure the proposer; with one it decodes plainly first."""
+        k = WARMUP_DRAFT_LENGTH if self.draft_cost_hint is None else 0
+        return min(k, _check_cap(slot), self.max_k)
+
+    def _best(
+        self, slots: Sequence[DraftSlot], *, drafting: bool, certain: bool = False
+    ) -> tuple[list[int], float, float]:
+        """The K vector maximising expected tokens per second, with its (tokens, seconds).
+
+        ``certain`` evaluates the best case (every draft accepted): if even that does not beat plain
+        decoding under the predicted costs, no acceptance estimate can make speculation pay.
+        """
         caps = [min(_check_cap(slot), self.max_k) for slot in slots]
         gains = []  # gains[r][k] = E[G_r](k) for k = 0..cap_r
         for slot, cap in zip(slots, caps, strict=True):
+            if certain:
+                gains.append([float(k + 1) for k in range(cap + 1)])
+                continue
             survival = survival_from_reach(self.alpha_reach(slot.request_id)[:cap])
             gains.append([expected_progress(survival[: k + 1]) for k in range(cap + 1)])
 
@@ -291,32 +348,54 @@ class AdaptiveDraftLength:
                         best, best_tokens, best_seconds = trial, tokens, seconds
         return best, best_tokens, best_seconds
 
+    def _probe(self, slots: Sequence[DraftSlot], ks: list[int], *, drafting: bool) -> list[int]:
+        """Turn a K = 0 into a one-draft probe where one is due and speculation could pay at all."""
+        due = [
+            index
+            for index, slot in enumerate(slots)
+            if ks[index] == 0
+            and min(_check_cap(slot), self.max_k) > 0
+            and self._reach.setdefault(slot.request_id, _Reach()).zero_streak
+            >= self._reach[slot.request_id].probe_interval
+        ]
+        if not due:
+            return ks
+        plain_seconds = self.step_seconds([0], drafting=drafting)  # one token per plain round
+        for index in due:
+            best, tokens, seconds = self._best([slots[index]], drafting=drafting, certain=True)
+            if best[0] > 0 and tokens * plain_seconds >= (1.0 + PROBE_MARGIN) * seconds:
+                ks[index] = 1
+        return ks
+
     # --- the protocol ---------------------------------------------------------------------------------
 
     def choose(self, slots: Sequence[DraftSlot]) -> list[int]:
-        """Drafts to ask for: the best K vector counting the proposer's cost (warm-up K at first)."""
+        """Drafts to ask for: the best K vector counting the proposer's cost (the warm-up at first)."""
         if self.warming_up:
-            return [min(WARMUP_DRAFT_LENGTH, _check_cap(slot), self.max_k) for slot in slots]
+            return [self._warm_up_length(slot) for slot in slots]
         best, _, _ = self._best(slots, drafting=True)
-        for index, slot in enumerate(slots):
-            if best[index] == 0 and _check_cap(slot) > 0 and self.max_k > 0:
-                streak = self._reach.setdefault(slot.request_id, _Reach()).zero_streak
-                if streak >= PROBE_INTERVAL:
-                    best[index] = 1
-        return best
+        probed = self._probe(slots, list(best), drafting=True)
+        for slot, chosen, final in zip(slots, best, probed, strict=True):
+            state = self._reach.setdefault(slot.request_id, _Reach())
+            state.probing = final > chosen
+            if state.probing:  # the next probe waits twice as long
+                state.probe_interval *= 2
+            elif chosen > 0:  # speculation pays on its own again
+                state.probe_interval = PROBE_INTERVAL
+        return probed
 
     def trim(self, slots: Sequence[DraftSlot]) -> list[int]:
         """Drafts to verify out of those offered: the best K vector with the drafting already paid for."""
         if self.warming_up:
             self.last_prediction = None
-            ks = [min(_check_cap(slot), self.max_k) for slot in slots]
-        else:
-            ks, tokens, seconds = self._best(slots, drafting=False)
-            for index, slot in enumerate(slots):
-                state = self._reach.setdefault(slot.request_id, _Reach())
-                if ks[index] == 0 and _check_cap(slot) > 0 and state.zero_streak >= PROBE_INTERVAL:
-                    ks[index] = 1  # the probe (see the module docstring)
-            self.last_prediction = (tokens, seconds)
+            return [min(_check_cap(slot), self.max_k) for slot in slots]
+        ks, tokens, seconds = self._best(slots, drafting=False)
+        self.last_prediction = (tokens, seconds)
+        for index, slot in enumerate(slots):
+            state = self._reach.setdefault(slot.request_id, _Reach())
+            if state.probing and ks[index] == 0 and min(_check_cap(slot), self.max_k) > 0:
+                ks[index] = 1  # keep the probe asked for in choose()
+            state.probing = False
         return ks
 
     def observe(self, outcomes: Sequence[RoundOutcome], costs: StepCosts) -> None:

@@ -30,7 +30,13 @@ import torch
 from specround.errors import InvalidRequestError, ModelLoadError
 from specround.sampling.processors.chain import ProcessorChain, sampling_chain
 from specround.sampling.types import Layout
-from specround.serving.drafts import DraftSpec, build_proposer, parse_draft_spec, vocabulary_digest
+from specround.serving.drafts import (
+    DraftSpec,
+    build_proposer,
+    draft_cost_hint,
+    parse_draft_spec,
+    vocabulary_digest,
+)
 from specround.serving.loop import GenerationRequest, ServingLoop
 from specround.serving.policy import (
     MAX_DRAFT_LENGTH,
@@ -375,7 +381,7 @@ def prepare_session(options: GenerateOptions) -> GenerationSession:
     if proposer is None or fixed_k is not None:
         policy = FixedDraftLength(0 if proposer is None else (fixed_k or 0))
     else:
-        policy = AdaptiveDraftLength(layout)
+        policy = AdaptiveDraftLength(layout, draft_cost_hint=draft_cost_hint(draft, target, proposer))
     coordinate = {
         "target_model_id": target.model_id,
         "draft_model_id": proposer.proposer_id if proposer is not None else "none",

@@ -126,31 +126,42 @@ def test_adaptive_warm_up_asks_for_the_warm_up_length() -> None:
     policy = AdaptiveDraftLength()
     assert policy.warming_up
     assert policy.choose([DraftSlot("a", 8), DraftSlot("b", 2)]) == [WARMUP_DRAFT_LENGTH, 2]
+    with pytest.raises(InvalidRequestError):
+        AdaptiveDraftLength(draft_cost_hint=-1.0)
     assert policy.trim([DraftSlot("a", 3)]) == [3]
     assert policy.last_prediction is None
 
 
+def chained(reached: list[float], accepted: list[float]) -> list[float]:
+    """Posterior means with each position's prior the previous position's estimate."""
+    out, prior = [], PRIOR_ACCEPTANCE
+    for r, a in zip(reached, accepted, strict=True):
+        prior = (a + prior * PRIOR_WEIGHT) / (r + PRIOR_WEIGHT)
+        out.append(prior)
+    return out
+
+
 def test_reach_counts_follow_reached_tests_only() -> None:
     policy = AdaptiveDraftLength()
-    prior = PRIOR_ACCEPTANCE
-    assert policy.alpha_reach("r") == pytest.approx([prior] * MAX_DRAFT_LENGTH)
+    zeros = [0.0] * MAX_DRAFT_LENGTH
+    assert policy.alpha_reach("r") == pytest.approx([PRIOR_ACCEPTANCE] * MAX_DRAFT_LENGTH)
     # K = 4, rejected at draft 2: tests 1 and 2 reached (2 ACCEPT draws), test 1 accepted.
     policy.observe([outcome("r", 4, accepted=1, reached=2)], StepCosts())
-    w = PRIOR_WEIGHT
-    expected = [(1 + prior * w) / (1 + w), (0 + prior * w) / (1 + w)] + [prior] * (MAX_DRAFT_LENGTH - 2)
-    assert policy.alpha_reach("r") == pytest.approx(expected)
+    reached, accepted = [1.0, 1.0, *zeros[2:]], [1.0, *zeros[1:]]
+    assert policy.alpha_reach("r") == pytest.approx(chained(reached, accepted))
     # A stop on accepted draft 3: tests 1..3 reached and accepted, nothing counted at 4 (never reached).
     policy.observe([outcome("r", 4, accepted=3, reached=3, terminal="stop")], StepCosts())
     d = REACH_DECAY
-    reached = [d + 1, d + 1, 1, 0]
-    accepted = [d + 1, 1, 1, 0]
-    got = policy.alpha_reach("r")[:4]
-    assert got == pytest.approx([(a + prior * w) / (r + w) for a, r in zip(accepted, reached, strict=True)])
+    reached = [d + 1, d + 1, 1.0, *zeros[3:]]
+    accepted = [d + 1, 1.0, 1.0, *zeros[3:]]
+    got = policy.alpha_reach("r")
+    assert got == pytest.approx(chained(reached, accepted))
+    assert got[4:] == pytest.approx([got[3]] * (MAX_DRAFT_LENGTH - 4))  # unmeasured: the last estimate
     # A round that verified nothing changes nothing.
     policy.observe([outcome("r", 0, accepted=0, reached=0)], StepCosts())
-    assert policy.alpha_reach("r")[:4] == pytest.approx(got)
+    assert policy.alpha_reach("r") == pytest.approx(got)
     policy.forget("r")
-    assert policy.alpha_reach("r") == pytest.approx([prior] * MAX_DRAFT_LENGTH)
+    assert policy.alpha_reach("r") == pytest.approx([PRIOR_ACCEPTANCE] * MAX_DRAFT_LENGTH)
 
 
 def test_expected_progress_is_the_ledger_formula() -> None:
@@ -174,21 +185,47 @@ def test_free_drafts_with_high_acceptance_use_the_longest_draft() -> None:
     assert seconds == pytest.approx(policy.step_seconds([5], drafting=False))
 
 
-def test_expensive_drafts_fall_back_to_plain_decoding_and_probe() -> None:
-    # A draft token costs as much as a one-row target step and acceptance is 0.6: K = 0 pays best.
-    policy = AdaptiveDraftLength()
-    feed_costs(policy, draft_per_token=0.05, verify={rows: 0.05 + 0.01 * rows for rows in range(1, 10)})
-    for _ in range(30):
-        policy.observe([outcome("r", 2, accepted=1, reached=2)], StepCosts())
+def run_rounds(policy: AdaptiveDraftLength, rounds: int, accept: bool) -> list[tuple[int, int]]:
+    """Drive one request through ``rounds`` choose/trim/observe cycles (a model proposer: offers = asks)."""
     chosen = []
-    for _ in range(PROBE_INTERVAL + 2):
+    for _ in range(rounds):
         [k] = policy.choose([DraftSlot("r", 8)])
-        [v] = policy.trim([DraftSlot("r", k)]) if k else [0]  # a model proposer offers what is asked
+        [v] = policy.trim([DraftSlot("r", k)]) if k else [0]
         chosen.append((k, v))
-        policy.observe([outcome("r", v, accepted=0, reached=v)], StepCosts())
-    assert chosen[:PROBE_INTERVAL] == [(0, 0)] * PROBE_INTERVAL
-    assert chosen[PROBE_INTERVAL] == (1, 1)  # the probe, then back to plain decoding
-    assert chosen[PROBE_INTERVAL + 1] == (0, 0)
+        policy.observe([outcome("r", v, accepted=v if accept else 0, reached=v)], StepCosts())
+    return chosen
+
+
+def test_expensive_drafts_fall_back_to_plain_decoding_and_probe_with_backoff() -> None:
+    # A draft token costs half a one-row target step and acceptance is low: K = 0 pays best, yet certain
+    # acceptance would pay, so the policy probes, waiting twice as long after each probe.
+    policy = AdaptiveDraftLength()
+    feed_costs(policy, draft_per_token=0.025, verify={rows: 0.05 + 0.005 * rows for rows in range(1, 10)})
+    for _ in range(30):
+        policy.observe([outcome("r", 2, accepted=0, reached=1)], StepCosts())
+    chosen = run_rounds(policy, 3 * PROBE_INTERVAL + 2, accept=False)
+    probes = [i for i, (k, v) in enumerate(chosen) if k]
+    assert all(chosen[i] == (1, 1) for i in probes)
+    assert probes == [PROBE_INTERVAL, 3 * PROBE_INTERVAL + 1]  # after 16, then after 32 more rounds
+
+
+def test_no_probe_when_even_certain_acceptance_cannot_pay() -> None:
+    # The draft model costs as much as the target (the bf16 copy): speculation never pays, so no probing.
+    policy = AdaptiveDraftLength(draft_cost_hint=1.0)
+    assert policy.choose([DraftSlot("r", 8)]) == [0]  # warm-up with a hint: plain decoding first
+    policy.observe([], StepCosts(verify_calls=((1, 0.05),), states=((0, 0.001),)))
+    assert not policy.warming_up
+    assert policy.draft_seconds(4) == pytest.approx(4 * 0.05)
+    chosen = run_rounds(policy, 3 * PROBE_INTERVAL, accept=True)
+    assert chosen == [(0, 0)] * (3 * PROBE_INTERVAL)
+
+
+def test_a_free_draft_hint_speculates_from_the_second_step() -> None:
+    policy = AdaptiveDraftLength(draft_cost_hint=0.0)
+    assert policy.choose([DraftSlot("r", 8)]) == [0]
+    policy.observe([], StepCosts(verify_calls=((1, 0.05),), states=((0, 0.001),)))
+    [k] = policy.choose([DraftSlot("r", 8)])
+    assert k > 0
 
 
 def test_trim_ignores_sunk_draft_cost() -> None:
