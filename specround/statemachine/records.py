@@ -43,6 +43,11 @@ _DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {}
 _FLOAT_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {}
 """Per registered record: the fields whose values may hold a float (checked for NaN by record_bytes)."""
 _set_attr = object.__setattr__
+_new = object.__new__
+# BaseModel's slots, set through their descriptors (what model_construct does, minus the attribute lookup).
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 _isfinite = math.isfinite
 
 
@@ -50,6 +55,8 @@ def register_record(cls: type[M]) -> type[M]:
     """Allow :func:`assemble` for ``cls`` after checking that plain construction is faithful for it."""
     if cls.__pydantic_post_init__ or cls.__private_attributes__ or cls.__pydantic_root_model__:
         raise TypeError(f"{cls.__name__} has post-init hooks, private attributes or is a root model")
+    if cls.__new__ is not object.__new__:
+        raise TypeError(f"{cls.__name__} defines __new__")
     defaults: dict[str, Any] = {}
     for name, field in cls.__pydantic_fields__.items():
         if field.alias is not None or field.validation_alias is not None or field.serialization_alias:
@@ -84,14 +91,15 @@ def assemble(cls: type[M], values: dict[str, Any]) -> M:
     """An instance of a registered record from complete, already-checked values (no validation).
 
     Fields missing from ``values`` take their static defaults; unknown keys are a programming error.
+    ``values`` becomes the instance's dictionary when no default is missing (do not reuse it).
     """
     defaults = _DEFAULTS[cls]
     data = {**defaults, **values} if defaults else values
-    instance = cls.__new__(cls)
+    instance = _new(cls)
     _set_attr(instance, "__dict__", data)
-    _set_attr(instance, "__pydantic_fields_set__", set(data))
-    _set_attr(instance, "__pydantic_extra__", None)
-    _set_attr(instance, "__pydantic_private__", None)
+    _set_fields_set(instance, set(data))
+    _set_extra(instance, None)
+    _set_private(instance, None)
     return instance
 
 
