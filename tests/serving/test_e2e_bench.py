@@ -1,0 +1,47 @@
+"""``specround bench e2e`` in miniature (lives beside the serving tests it exercises): the report's shape,
+paired ratios, targets and the audited log; and prompt-class loading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specround.bench.e2e import default_prompts_dir, load_prompt_classes, run_e2e_bench
+from specround.errors import InvalidRequestError
+
+
+def test_prompt_classes_load_from_the_checkout() -> None:
+    classes = load_prompt_classes(default_prompts_dir(), ["copy", "code", "prose"])
+    assert all(len(prompts) >= 2 for prompts in classes.values())
+    with pytest.raises(InvalidRequestError):
+        load_prompt_classes(default_prompts_dir(), ["poetry"])
+
+
+@pytest.mark.real_model
+def test_a_tiny_run_reports_every_case(tmp_path: Path) -> None:
+    (tmp_path / "copy.txt").write_text("Copy exactly: one two three four five.\n---\nSay: red green blue.\n")
+    report = run_e2e_bench(
+        classes=["copy"],
+        temperatures=[0.0],
+        drafts=["ngram"],
+        k=2,
+        max_tokens=6,
+        repeats=1,
+        skip_hf=True,
+        prompts_dir=tmp_path,
+        threads=1,
+    )
+    cases = [r.case for r in report.results]
+    assert cases == ["specround plain", "specround ngram K=2", "specround ngram K=auto"]
+    plain, fixed, auto = report.results
+    assert plain.vs_plain == pytest.approx(1.0) and plain.samples == 2
+    assert fixed.proposed is not None and fixed.predicted_s_per_token is not None
+    assert fixed.logged_s_per_token is not None and fixed.wall_s_per_token is not None
+    assert fixed.logged_s_per_token <= fixed.wall_s_per_token  # prefill is outside the round ledger
+    assert auto.vs_transformers is None  # no transformers counterpart for K = auto
+    assert report.log_audited_clean is True
+    names = [t.name for t in report.targets]
+    assert any("K=auto / plain decode" in n for n in names)
+    assert any(n.startswith("best specround case") for n in names)
+    assert report.all_targets_met == all(t.met for t in report.targets)
