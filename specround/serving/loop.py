@@ -19,13 +19,14 @@ One :meth:`ServingLoop.step` runs one round of every unfinished request (DESIGN 
    every publication (:meth:`Proposer.on_published`) so a draft model rolls its own cache back.
 
 **Time ledger (0x05C).** Every published event carries :class:`~specround.statemachine.events.RoundTimings`.
-A step's wall time is split among its rounds: proposer time by drafted tokens, target time by the rows each
-request's branch computed, the p-row work as measured per request, the gap since the previous step (the
-caller's streaming callback, admission of new requests) evenly. A publication cannot carry the duration of
-its own publish, so a round's ``state_s`` holds its p-row work plus the *closing* work of the request's
-previous round (its share of the controller step, its K/V execution and the proposer notification).
-Summed over a request's rounds the ledger therefore covers all of its wall time except the closing work of
-its final round, which the loop's own totals (:attr:`ServingLoop.wall_seconds`) still include.
+A step's wall time is split among its rounds: proposer time by the drafts each request asked for, target
+time by the rows each request's branch computed, the p-row work as measured per request, the gap since the
+previous step (the caller's streaming callback, admission of new requests) evenly. A publication cannot
+carry the duration of its own publish, so a round's ``state_s`` holds its p-row work plus the *closing* work
+of the request's previous round (its share of the controller step, its K/V execution and the proposer
+notification). Summed over a request's rounds the ledger therefore covers its wall time except the prompt
+prefill and the closing work of its final round, which the loop's own total
+(:attr:`ServingLoop.wall_seconds`) includes.
 
 **Failures.** Nothing is half-published: the controller's step either publishes a round or leaves its state
 as it was (INV-7). An aborted round's branch is discarded and the request keeps its state; a round aborted by

@@ -27,9 +27,9 @@ class RoundOutcome:
     generation: int
     """The generation the round published."""
     requested_k: int
-    """Draft length the policy asked for (after the budget and context caps)."""
+    """Drafts the policy asked the proposer for (after the budget and context caps)."""
     drafted: int
-    """Drafts the proposer returned (an n-gram lookup may return fewer than asked)."""
+    """Drafts verified: the prefix of the proposal the policy kept (a lookup may offer fewer than asked)."""
     accepted: int
     """A: drafts emitted as accepted."""
     reached: int
