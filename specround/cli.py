@@ -647,19 +647,29 @@ def generate(
                 task = progress.add_task("generate", total=max_tokens, rate="", accept="")
                 produced = 0
 
+                # On a terminal rich routes stdout above the live bar one complete line at a time (a flush
+                # would print every piece on its own line); piped, the text streams piece by piece.
+                line_buffered = sys.stdout.isatty()
+
                 def on_text(piece: str) -> None:
                     sys.stdout.write(piece)
-                    sys.stdout.flush()
+                    if not line_buffered:
+                        sys.stdout.flush()
+
+                drafts = [0, 0]  # accepted, verified
 
                 def on_round(outcome: RoundOutcome) -> None:
                     nonlocal produced
                     produced += outcome.emitted
+                    drafts[0] += outcome.accepted
+                    drafts[1] += outcome.drafted
                     elapsed = progress.tasks[0].elapsed or 0.0
                     rate = f"{produced / elapsed:.1f} tok/s" if elapsed > 0 else ""
-                    progress.update(task, completed=produced, rate=rate)
+                    accept = f"accepted {drafts[0]}/{drafts[1]}" if drafts[1] else ""
+                    progress.update(task, completed=produced, rate=rate, accept=accept)
 
                 report = session.run(on_text=on_text, on_round=on_round, recorders=recorders)
-            sys.stdout.write("\n")
+                sys.stdout.write("\n")  # completes the last line while the bar still routes stdout
             sys.stdout.flush()
     except KeyboardInterrupt:
         typer.echo(f"interrupted; {session.log_path} holds every round published so far", err=True)
