@@ -144,3 +144,23 @@ def test_text_run_streams_to_stdout_and_logs_by_default(
     assert "accepted / proposed" in result.stderr and logs[0].name in flat
     audited = runner.invoke(app, ["audit", str(logs[0])])
     assert audited.exit_code == 0
+
+
+def test_draft_cost_hints_follow_the_weights_streamed(tiny) -> None:  # type: ignore[no-untyped-def]
+    from specround.adapters.llama import LlamaTarget
+    from specround.serving.drafts import build_proposer, draft_cost_hint
+
+    target = LlamaTarget(tiny.model, model_id=tiny.model_id)
+    weights = tiny.model.weights
+    block = sum(t.numel() for t in weights.layers[0].tensors().values())
+    head = weights.norm.numel() + weights.lm_head.numel()
+    layers = tiny.model.config.num_layers
+
+    def hint(text: str) -> float | None:
+        spec = parse_draft_spec(text)
+        return draft_cost_hint(spec, target, build_proposer(spec, target))
+
+    assert hint("ngram") == 0.0
+    assert hint("none") is None
+    assert hint("early-exit:1") == pytest.approx((block + head) / (layers * block + head))
+    assert hint("model:bf16") == 1.0
