@@ -14,9 +14,9 @@ from collections.abc import Sequence
 import torch
 
 from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision, TerminalKind
-from specround.statemachine.events import RoundDecided
+from specround.statemachine.events import EVENT_SCHEMA_VERSION, RoundDecided
 from specround.statemachine.records import assemble
-from specround.statemachine.state import FinishReason, TerminalName
+from specround.statemachine.state import TerminalName
 from specround.statemachine.work import RoundWork
 
 __all__ = [
@@ -68,99 +68,133 @@ def build_batch(group: Sequence[RoundWork]) -> SamplerBatch:
             p[b, : k + 1] = rnd.p_rows
             if k:
                 q[b, :k] = rnd.q_rows
-    draft_ids = [list(r.draft_ids) + [PAD_ID] * (k_max - len(r.draft_ids)) for r in group]
-    stop_rows: list[list[list[int]]] = []
-    width = 1
-    for rnd in group:
-        if rnd.live.has_stop_automaton:
-            sets = [sorted(s) for s in rnd.start.chain.stop_sets_along(rnd.draft_ids)]
-        else:
-            sets = [[] for _ in range(len(rnd.draft_ids) + 1)]
-        sets += [[] for _ in range(k_max + 1 - len(sets))]
-        width = max(width, *(len(s) for s in sets))
-        stop_rows.append(sets)
-    stop_ids = [[s + [PAD_ID] * (width - len(s)) for s in sets] for sets in stop_rows]
-    states = [r.start.state for r in group]
-    configs = [r.live.config for r in group]
-
-    def ints(values: list[int]) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.int64, device=device)
-
+    draft_ids = [[*r.draft_ids, *[PAD_ID] * (k_max - len(r.draft_ids))] for r in group]
+    if any(r.live.has_stop_automaton for r in group):
+        stop_rows: list[list[list[int]]] = []
+        width = 1
+        for rnd in group:
+            if rnd.live.has_stop_automaton:
+                sets = [sorted(s) for s in rnd.start.chain.stop_sets_along(rnd.draft_ids)]
+            else:
+                sets = [[] for _ in range(len(rnd.draft_ids) + 1)]
+            sets += [[] for _ in range(k_max + 1 - len(sets))]
+            width = max(width, *(len(s) for s in sets))
+            stop_rows.append(sets)
+        stop_ids = torch.tensor(
+            [[s + [PAD_ID] * (width - len(s)) for s in sets] for sets in stop_rows],
+            dtype=torch.int64,
+            device=device,
+        )  # [B, K+1, S]
+    else:
+        stop_ids = torch.full((n, 1), PAD_ID, dtype=torch.int64, device=device)  # [B, 1]: no stop token
+    # remaining, seeds, ACCEPT and TERMINAL counters: one tensor, one op.
+    scalars = torch.tensor(
+        [
+            [
+                r.live.config.max_new_tokens - (len(r.start.state.output) - r.start.state.prompt_len)
+                for r in group
+            ],
+            [signed64(r.live.config.seed) for r in group],
+            [r.start.state.rng.accept for r in group],
+            [r.start.state.rng.terminal for r in group],
+            lens,
+        ],
+        dtype=torch.int64,
+        device=device,
+    )  # [5, B]
+    remaining, seeds, accept_counters, terminal_counters, draft_lens = scalars.unbind(0)
     return SamplerBatch(
         p=p,
         q=q,
         draft_ids=torch.tensor(draft_ids, dtype=torch.int64, device=device).reshape(n, k_max),  # [B, K]
-        draft_lens=ints(lens),  # [B]
-        stop_ids=torch.tensor(stop_ids, dtype=torch.int64, device=device),  # [B, K+1, S]
-        remaining=ints(
-            [c.max_new_tokens - (len(s.output) - s.prompt_len) for c, s in zip(configs, states, strict=True)]
-        ),
-        seeds=ints([signed64(c.seed) for c in configs]),
-        accept_counters=ints([s.rng.accept for s in states]),
-        terminal_counters=ints([s.rng.terminal for s in states]),
+        draft_lens=draft_lens,  # [B]
+        stop_ids=stop_ids,
+        remaining=remaining,
+        seeds=seeds,
+        accept_counters=accept_counters,
+        terminal_counters=terminal_counters,
     )
 
 
 def record_decisions(group: Sequence[RoundWork], batch: SamplerBatch, decision: SamplerDecision) -> None:
     """Turn one batched decision into each round's ``round_decided`` event (plain Python values)."""
+    n = len(group)
     output_ids = decision.output_ids.tolist()
-    emitted = decision.emitted.tolist()
-    accepted = decision.accepted.tolist()
-    terminal = decision.terminal.tolist()
-    finished = decision.finished.tolist()
-    by_token = decision.stopped_by_token.tolist()
-    accept_draws = decision.accept_draws.tolist()
-    terminal_draws = decision.terminal_draws.tolist()
-    p_draft = decision.p_draft.tolist()
-    q_draft = decision.q_draft.tolist()
-    accept_uniforms = decision.accept_uniforms.tolist()
-    terminal_uniform = decision.terminal_uniform.tolist()
+    counts = torch.stack(
+        (
+            decision.emitted,
+            decision.accepted,
+            decision.terminal,
+            decision.accept_draws,
+            decision.terminal_draws,
+        )
+    ).tolist()  # [5, B]
+    flags = torch.stack(
+        (decision.finished, decision.stopped_by_token, decision.degenerate_correction)
+    ).tolist()
+    per_draft = torch.cat((decision.p_draft, decision.q_draft, decision.accept_uniforms), dim=1).tolist()
+    terminal_p_t, terminal_q_t = terminal_probabilities(batch, decision)
+    terminal_floats = torch.stack(
+        (
+            decision.terminal_uniform,
+            decision.residual_mass,
+            decision.terminal_mass_before,
+            decision.terminal_token_mass,
+            terminal_p_t,
+            terminal_q_t,
+        )
+    ).tolist()  # [6, B]
     terminal_row = decision.terminal_row.tolist()
-    residual_mass = decision.residual_mass.tolist()
-    mass_before = decision.terminal_mass_before.tolist()
-    token_mass = decision.terminal_token_mass.tolist()
-    degenerate = decision.degenerate_correction.tolist()
-    terminal_p, terminal_q = terminal_probabilities(batch, decision)
-    for b, rnd in enumerate(group):
+    k_max = batch.draft_ids.shape[1]
+    emitted, accepted, terminal, accept_draws, terminal_draws = counts
+    finished, by_token, degenerate = flags
+    terminal_uniform, residual_mass, mass_before, token_mass, terminal_p, terminal_q = terminal_floats
+    for b in range(n):
+        rnd = group[b]
         k = len(rnd.draft_ids)
-        n_emitted = emitted[b]
-        kind = TERMINAL_NAMES[terminal[b]]
-        done = bool(finished[b])
-        reason: FinishReason | None = ("stop" if by_token[b] else "length") if done else None
+        row = per_draft[b]
+        done = finished[b]
         draws = accept_draws[b]
         has_terminal = terminal_draws[b] == 1
-        rnd.p_draft = tuple(p_draft[b][:k])
-        rnd.q_draft = tuple(q_draft[b][:k])
-        state = rnd.start.state
+        rnd.p_draft = tuple(row[:k])
+        rnd.q_draft = tuple(row[k_max : k_max + k])
+        rng = rnd.start.state.rng
         rnd.decided = assemble(
             RoundDecided,
-            dict(
-                request_id=rnd.request_id,
-                round_id=rnd.round_id,
-                accepted=accepted[b],
-                terminal=kind,
-                emitted_ids=tuple(output_ids[b][:n_emitted]),
-                accept_counter=state.rng.accept,
-                accept_draws=draws,
-                accept_uniforms=tuple(accept_uniforms[b][:draws]),
-                terminal_counter=state.rng.terminal,
-                terminal_draws=terminal_draws[b],
-                terminal_uniform=terminal_uniform[b] if has_terminal else None,
-                terminal_row=terminal_row[b] if has_terminal else None,
-                residual_mass=finite_or_none(residual_mass[b]) if has_terminal else None,
-                terminal_mass_before=finite_or_none(mass_before[b]) if has_terminal else None,
-                terminal_token_mass=finite_or_none(token_mass[b]) if has_terminal else None,
-                terminal_p=terminal_p[b] if has_terminal else None,
-                terminal_q=terminal_q[b] if has_terminal else None,
-                degenerate_correction=bool(degenerate[b]),
-                finished=done,
-                finish_reason=reason,
-            ),
+            {
+                "schema_version": EVENT_SCHEMA_VERSION,
+                "request_id": rnd.request_id,
+                "kind": "round_decided",
+                "round_id": rnd.round_id,
+                "accepted": accepted[b],
+                "terminal": TERMINAL_NAMES[terminal[b]],
+                "emitted_ids": tuple(output_ids[b][: emitted[b]]),
+                "accept_counter": rng.accept,
+                "accept_draws": draws,
+                "accept_uniforms": tuple(row[2 * k_max : 2 * k_max + draws]),
+                "terminal_counter": rng.terminal,
+                "terminal_draws": terminal_draws[b],
+                "terminal_uniform": terminal_uniform[b] if has_terminal else None,
+                "terminal_row": terminal_row[b] if has_terminal else None,
+                "residual_mass": finite_or_none(residual_mass[b]) if has_terminal else None,
+                "terminal_mass_before": finite_or_none(mass_before[b]) if has_terminal else None,
+                "terminal_token_mass": finite_or_none(token_mass[b]) if has_terminal else None,
+                "terminal_p": terminal_p[b] if has_terminal else None,
+                "terminal_q": terminal_q[b] if has_terminal else None,
+                "degenerate_correction": degenerate[b],
+                "finished": done,
+                "finish_reason": ("stop" if by_token[b] else "length") if done else None,
+            },
         )
 
 
-def terminal_probabilities(batch: SamplerBatch, decision: SamplerDecision) -> tuple[list[float], list[float]]:
-    """P of each terminal token in its row, and q in the rejected position's row (0 for a bonus or stop)."""
+def terminal_probabilities(
+    batch: SamplerBatch, decision: SamplerDecision
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """P of each terminal token in its row, and q in the rejected position's row (0 for a bonus or stop).
+
+    Returns two float64 [B] tensors.
+    """
     n, k_max = batch.draft_ids.shape
     index = torch.arange(n, device=batch.p.device)  # [B]
     counts = decision.emitted.clamp_min(1)  # [B]
@@ -168,10 +202,10 @@ def terminal_probabilities(batch: SamplerBatch, decision: SamplerDecision) -> tu
     rows = decision.terminal_row.clamp_min(0)  # [B]
     p_t = batch.p[index, rows, last].to(torch.float64)  # [B]
     if k_max == 0:
-        return p_t.tolist(), [0.0] * n
+        return p_t, torch.zeros_like(p_t)
     q_t = batch.q[index, rows.clamp_max(k_max - 1), last].to(torch.float64)  # [B]
     q_t = torch.where(decision.terminal == int(TerminalKind.CORRECTION), q_t, 0.0)
-    return p_t.tolist(), q_t.tolist()
+    return p_t, q_t
 
 
 def rows_digest(rows: torch.Tensor | None) -> str | None:

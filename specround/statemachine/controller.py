@@ -440,7 +440,7 @@ def _token_tuple(values: Sequence[int] | torch.Tensor, name: str) -> tuple[int, 
             raise ShapeMismatchError(
                 f"{name} must be a 1-D integer tensor, got {values.dtype} {tuple(values.shape)}"
             )
-        return tuple(int(v) for v in values.tolist())
+        return tuple(values.tolist())  # an integer dtype: tolist gives ints
     out = []
     for value in values:
         if isinstance(value, bool) or not isinstance(value, int):
