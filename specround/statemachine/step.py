@@ -28,11 +28,17 @@ from specround.sampling.exact import decide
 from specround.sampling.types import Layout
 from specround.sampling.validation import ValidationMode
 from specround.statemachine.batching import build_batch, record_decisions, rows_digest
-from specround.statemachine.events import RoundPublished, RoundReady, RoundStaged, RoundVerified
+from specround.statemachine.events import (
+    EVENT_SCHEMA_VERSION,
+    RoundPublished,
+    RoundReady,
+    RoundStaged,
+    RoundVerified,
+)
 from specround.statemachine.faults import FaultPlan, FaultPoint
 from specround.statemachine.lifecycle import RoundPhase, Trigger, next_phase
 from specround.statemachine.ports import EventLog, PublishOutcome, PublishStatus, RoundPublication
-from specround.statemachine.records import assemble
+from specround.statemachine.records import assemble, record_digest_of
 from specround.statemachine.rounds import (
     KvInstruction,
     RoundProposal,
@@ -350,114 +356,122 @@ class Step:
         assert decided is not None
         start = rnd.start
         s0 = start.state
+        emitted = decided.emitted_ids
+        settings = self._settings
         # K/V rows: commit [F_0] + accepted drafts before the final token, discard the rest (INV-5).
-        kv = stage_kv(s0, rnd.draft_ids, decided.emitted_ids)
+        kv = stage_kv(s0, rnd.draft_ids, emitted)
         rnd.kv = kv
-        self._settings.fault(FaultPoint.AFTER_KV_STAGING, rnd)
+        if settings.faults is not None:
+            settings.fault(FaultPoint.AFTER_KV_STAGING, rnd)
         # Output, processors (INV-4), RNG counters (INV-3), generation; validated by token identity (INV-1).
         before = s0.rng
+        rng_before = (before.proposal, before.accept, before.terminal)
+        rng_after_tuple = (
+            before.proposal + rnd.proposal_draws,
+            before.accept + decided.accept_draws,
+            before.terminal + decided.terminal_draws,
+        )
         rng_after = assemble(
             RngCounters,
-            dict(
-                proposal=before.proposal + rnd.proposal_draws,
-                accept=before.accept + decided.accept_draws,
-                terminal=before.terminal + decided.terminal_draws,
-            ),
+            {"proposal": rng_after_tuple[0], "accept": rng_after_tuple[1], "terminal": rng_after_tuple[2]},
         )
+        finished, finish_reason = decided.finished, decided.finish_reason
         successor = stage_successor(
-            start,
-            decided.emitted_ids,
-            kv.committed_token_ids,
-            rng_after,
-            finished=decided.finished,
-            finish_reason=decided.finish_reason,
+            start, emitted, kv.committed_token_ids, rng_after, finished=finished, finish_reason=finish_reason
         )
         rnd.successor = successor
-        self._settings.fault(FaultPoint.AFTER_OUTPUT_STAGING, rnd)
-        config = rnd.live.config
-        commit = assemble(
-            SpeculativeCommit,
-            dict(
-                request_id=rnd.request_id,
-                round_id=rnd.round_id,
-                expected_generation=s0.generation,
-                layout=config.layout,
-                accepted_draft_count=decided.accepted,
-                terminal_kind=decided.terminal,
-                emitted_token_ids=decided.emitted_ids,
-                committed_kv_token_ids=kv.committed_token_ids,
-                discarded_kv_token_ids=kv.discarded_token_ids,
-                rng_before=before.as_tuple(),
-                rng_after=rng_after.as_tuple(),
-                processor_before_hash=s0.processors_digest,
-                processor_after_hash=successor.state.processors_digest,
-                finished=decided.finished,
-                finish_reason=decided.finish_reason,
-                coordinate_digest=rnd.coordinate_digest,
-                successor_digest=successor.digest,
-            ),
-        )
-        commit_digest = commit.digest()
-        rnd.commit = commit
+        if settings.faults is not None:
+            settings.fault(FaultPoint.AFTER_OUTPUT_STAGING, rnd)
         request_id, round_id = rnd.request_id, rnd.round_id
+        generation = s0.generation
+        processors_after = successor.state.processors_digest
+        commit_values = {
+            "request_id": request_id,
+            "round_id": round_id,
+            "expected_generation": generation,
+            "layout": rnd.live.config.layout,
+            "accepted_draft_count": decided.accepted,
+            "terminal_kind": decided.terminal,
+            "emitted_token_ids": emitted,
+            "committed_kv_token_ids": kv.committed_token_ids,
+            "discarded_kv_token_ids": kv.discarded_token_ids,
+            "rng_before": rng_before,
+            "rng_after": rng_after_tuple,
+            "processor_before_hash": s0.processors_digest,
+            "processor_after_hash": processors_after,
+            "finished": finished,
+            "finish_reason": finish_reason,
+            "coordinate_digest": rnd.coordinate_digest,
+            "successor_digest": successor.digest,
+        }
+        commit_digest = record_digest_of(SpeculativeCommit, commit_values)
+        rnd.commit = assemble(SpeculativeCommit, commit_values)
         q_digest = p_digest = None
-        if self._settings.row_digests:
+        if settings.row_digests:
             q_digest, p_digest = rows_digest(rnd.q_rows), rows_digest(rnd.p_rows)
         rnd.publication = RoundPublication(
-            request_id=rnd.request_id,
-            round_id=rnd.round_id,
-            expected_generation=s0.generation,
-            commit_digest=commit_digest,
-            successor_digest=successor.digest,
-            finished=decided.finished,
-            ready=assemble(
+            request_id,
+            round_id,
+            generation,
+            commit_digest,
+            successor.digest,
+            finished,
+            assemble(
                 RoundReady,
-                dict(
-                    request_id=request_id,
-                    round_id=round_id,
-                    expected_generation=s0.generation,
-                    coordinate_digest=rnd.coordinate_digest,
-                    draft_ids=rnd.draft_ids,
-                    q_draft=rnd.q_draft,
-                    proposal_before=before.proposal,
-                    proposal_after=rng_after.proposal,
-                    q_rows_digest=q_digest,
-                ),
+                {
+                    "schema_version": EVENT_SCHEMA_VERSION,
+                    "request_id": request_id,
+                    "kind": "round_ready",
+                    "round_id": round_id,
+                    "expected_generation": generation,
+                    "coordinate_digest": rnd.coordinate_digest,
+                    "draft_ids": rnd.draft_ids,
+                    "q_draft": rnd.q_draft,
+                    "proposal_before": rng_before[0],
+                    "proposal_after": rng_after_tuple[0],
+                    "q_rows_digest": q_digest,
+                },
             ),
-            verified=assemble(
+            assemble(
                 RoundVerified,
-                dict(
-                    request_id=request_id,
-                    round_id=round_id,
-                    p_draft=rnd.p_draft,
-                    verify_rows=rnd.verify_rows,
-                    p_rows_digest=p_digest,
-                ),
+                {
+                    "schema_version": EVENT_SCHEMA_VERSION,
+                    "request_id": request_id,
+                    "kind": "round_verified",
+                    "round_id": round_id,
+                    "p_draft": rnd.p_draft,
+                    "verify_rows": rnd.verify_rows,
+                    "p_rows_digest": p_digest,
+                },
             ),
-            decided=decided,
-            staged=assemble(
+            decided,
+            assemble(
                 RoundStaged,
-                dict(
-                    request_id=request_id,
-                    round_id=round_id,
-                    committed_kv_ids=kv.committed_token_ids,
-                    discarded_kv_ids=kv.discarded_token_ids,
-                    processor_before=s0.processors_digest,
-                    processor_after=successor.state.processors_digest,
-                    rng_before=before.as_tuple(),
-                    rng_after=rng_after.as_tuple(),
-                    successor_digest=successor.digest,
-                ),
+                {
+                    "schema_version": EVENT_SCHEMA_VERSION,
+                    "request_id": request_id,
+                    "kind": "round_staged",
+                    "round_id": round_id,
+                    "committed_kv_ids": kv.committed_token_ids,
+                    "discarded_kv_ids": kv.discarded_token_ids,
+                    "processor_before": s0.processors_digest,
+                    "processor_after": processors_after,
+                    "rng_before": rng_before,
+                    "rng_after": rng_after_tuple,
+                    "successor_digest": successor.digest,
+                },
             ),
-            published=assemble(
+            assemble(
                 RoundPublished,
-                dict(
-                    request_id=request_id,
-                    round_id=round_id,
-                    generation=s0.generation + 1,
-                    commit_digest=commit_digest,
-                    timings=rnd.timings,
-                ),
+                {
+                    "schema_version": EVENT_SCHEMA_VERSION,
+                    "request_id": request_id,
+                    "kind": "round_published",
+                    "round_id": round_id,
+                    "generation": generation + 1,
+                    "commit_digest": commit_digest,
+                    "timings": rnd.timings,
+                },
             ),
         )
 
