@@ -8,5 +8,6 @@ transition table), ``rounds`` (the embedding API's records), ``controller`` (``R
 (driving a batch through the lifecycle), ``batching`` (sampler batch and decided events), ``staging``
 (successors by token identity), ``binding`` (the round coordinate), ``faults`` (F-1..F-6), ``replay``
 (rebuilding state from events), ``chain`` (hash-chain findings), ``records`` (fast record assembly and
-canonical bytes), ``work`` (the controller's working records).
+canonical bytes), ``work`` (the controller's working records), ``uniform_cache`` (precomputed uniforms per
+request).
 """

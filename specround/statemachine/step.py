@@ -24,10 +24,10 @@ from specround.errors import (
     SpecroundError,
     StaleGenerationError,
 )
-from specround.sampling.exact import decide
-from specround.sampling.types import Layout
+from specround.sampling.exact import decide, decide_from_uniforms
+from specround.sampling.types import Layout, SamplerBatch, SamplerDecision
 from specround.sampling.validation import ValidationMode
-from specround.statemachine.batching import build_batch, record_decisions, rows_digest
+from specround.statemachine.batching import build_batch, record_decisions, rows_digest, signed64
 from specround.statemachine.events import (
     EVENT_SCHEMA_VERSION,
     RoundPublished,
@@ -48,6 +48,7 @@ from specround.statemachine.rounds import (
 )
 from specround.statemachine.staging import stage_kv, stage_successor
 from specround.statemachine.state import RngCounters, SpeculativeCommit
+from specround.statemachine.uniform_cache import batch_uniforms
 from specround.statemachine.work import LastRound, RoundWork
 
 __all__ = ["Step", "StepFsm", "StepSettings", "refused_result"]
@@ -331,15 +332,14 @@ class Step:
 
     def _decide_group(self, group: list[RoundWork]) -> None:
         """Decide one group of rounds sharing V, dtype and device; isolate bad input to its own round."""
-        validate = self._settings.validate
         batch = build_batch(group)
         try:
-            decision = decide(batch, validate=validate)
+            decision = self._decide_batch(group, batch)
         except InputError:
             survivors: list[RoundWork] = []
             for rnd in group:
                 try:
-                    decide(build_batch([rnd]), validate=validate)
+                    self._decide_batch([rnd], build_batch([rnd]))
                 except InputError as error:
                     self._abort_round(rnd, error)
                     continue
@@ -348,8 +348,28 @@ class Step:
                 return
             group = survivors
             batch = build_batch(group)
-            decision = decide(batch, validate=validate)
+            decision = self._decide_batch(group, batch)
         record_decisions(group, batch, decision)
+
+    def _decide_batch(self, group: list[RoundWork], batch: SamplerBatch) -> SamplerDecision:
+        """The exact decision, with uniforms from the requests' precomputed windows when they cover it."""
+        validate = self._settings.validate
+        states = [rnd.start.state for rnd in group]
+        drawn = batch_uniforms(
+            [rnd.live.uniforms for rnd in group],
+            [signed64(rnd.live.config.seed) for rnd in group],
+            [state.rng.accept for state in states],
+            [state.rng.terminal for state in states],
+            [len(rnd.draft_ids) for rnd in group],
+            batch.draft_ids.shape[1],
+            batch.p.device,
+        )
+        if drawn is None:  # counters near the int64 end: let the sampler draw them
+            return decide(batch, validate=validate)
+        accept_uniforms, terminal_uniforms, windows = drawn
+        for rnd, window in zip(group, windows, strict=True):
+            rnd.live.uniforms = window
+        return decide_from_uniforms(batch, accept_uniforms, terminal_uniforms, validate=validate)
 
     def _stage_round(self, rnd: RoundWork) -> None:
         decided = rnd.decided

@@ -18,6 +18,7 @@ from specround.statemachine.ports import RoundPublication
 from specround.statemachine.rounds import RoundResult
 from specround.statemachine.staging import KvStaging, RequestSnapshot
 from specround.statemachine.state import RequestConfig, SpeculativeCommit
+from specround.statemachine.uniform_cache import UniformWindow
 
 __all__ = ["LastRound", "LiveRequest", "RoundWork"]
 
@@ -43,6 +44,8 @@ class LiveRequest:
     coordinate_digest: str | None = None
     """Cached digest of ``current``'s coordinate (reset whenever ``current`` changes)."""
     in_flight: bool = False
+    uniforms: UniformWindow | None = None
+    """Precomputed ACCEPT/TERMINAL uniforms of this request (:mod:`.uniform_cache`)."""
 
 
 @dataclass(slots=True)
