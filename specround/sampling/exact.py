@@ -471,10 +471,14 @@ def _prefix_stops(
     """
     n_batch, k_max = batch.draft_ids.shape
     positions = torch.arange(k_max, device=n_accepted.device)  # [K] 0-based
-    stop_sets = _stop_rows(batch.stop_ids, positions[None, :].expand(n_batch, -1))  # [B, K, S]
-    draft_stops = within & _in_stop_set(batch.draft_ids, stop_sets)  # [B, K]
     ordinal = positions + 1  # [K] 1-based position i
     at_cap = ordinal[None, :] == batch.remaining[:, None]  # [B, K]
+    if batch.stop_ids.shape[-1] == 0:  # no stop tokens at all: only the length cap can end the prefix
+        hit = (ordinal[None, :] <= n_accepted[:, None]) & at_cap  # [B, K]
+        first_hit = (hit.to(torch.int64).cumsum(1) == 0).sum(1)  # [B]
+        return first_hit < k_max, first_hit + 1, torch.zeros_like(first_hit, dtype=torch.bool)
+    stop_sets = _stop_rows(batch.stop_ids, positions[None, :].expand(n_batch, -1))  # [B, K, S]
+    draft_stops = within & _in_stop_set(batch.draft_ids, stop_sets)  # [B, K]
     hit = (ordinal[None, :] <= n_accepted[:, None]) & (draft_stops | at_cap)  # [B, K]
     first_hit = (hit.to(torch.int64).cumsum(1) == 0).sum(1)  # [B] 0-based index of the first hit, K if none
     by_token = (draft_stops & (positions[None, :] == first_hit[:, None])).any(1)  # [B]
@@ -614,11 +618,16 @@ def _decide(
     terminal = _terminal_draws(batch, n_accepted, needs_terminal, terminal_uniforms, mode)
 
     # Finish rules for the terminal token at 1-based position A + 1.
-    terminal_stop = needs_terminal & _in_stop_set(
-        terminal.tokens[:, None], _stop_rows(batch.stop_ids, n_accepted[:, None])
-    ).squeeze(1)  # [B]
-    finished = stopped | terminal_stop | (needs_terminal & (n_accepted + 1 == batch.remaining))  # [B]
-    stopped_by_token = torch.where(stopped, stop_by_token_in_prefix, terminal_stop)  # [B]
+    at_cap = needs_terminal & (n_accepted + 1 == batch.remaining)  # [B]
+    if batch.stop_ids.shape[-1] == 0:  # no stop tokens: only the length cap finishes a request
+        finished = stopped | at_cap  # [B]
+        stopped_by_token = stop_by_token_in_prefix  # [B] all False
+    else:
+        terminal_stop = needs_terminal & _in_stop_set(
+            terminal.tokens[:, None], _stop_rows(batch.stop_ids, n_accepted[:, None])
+        ).squeeze(1)  # [B]
+        finished = stopped | terminal_stop | at_cap  # [B]
+        stopped_by_token = torch.where(stopped, stop_by_token_in_prefix, terminal_stop)  # [B]
 
     # Output ids [B, K+1]: the emitted drafts, then the terminal token, PAD_ID after.
     columns = torch.arange(k_max + 1, device=device)  # [K+1]

@@ -75,7 +75,8 @@ class SamplerBatch:
     """[B] int64 per-request draft length k_b in 0..K."""
     stop_ids: torch.Tensor
     """[B, S] or [B, K+1, S] int64 tokens that end the request when emitted (per position when 3-D,
-    e.g. the completions of a stop-sequence automaton), ``PAD_ID`` padded."""
+    e.g. the completions of a stop-sequence automaton), ``PAD_ID`` padded; ``S`` may be 0 (no stop
+    tokens: only the budget ends a request)."""
     remaining: torch.Tensor
     """[B] int64 remaining output budget (>= 1): emitting that many tokens ends the request."""
     seeds: torch.Tensor

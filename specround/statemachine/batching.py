@@ -86,7 +86,7 @@ def build_batch(group: Sequence[RoundWork]) -> SamplerBatch:
             device=device,
         )  # [B, K+1, S]
     else:
-        stop_ids = torch.full((n, 1), PAD_ID, dtype=torch.int64, device=device)  # [B, 1]: no stop token
+        stop_ids = torch.empty((n, 0), dtype=torch.int64, device=device)  # [B, 0]: no stop tokens
     # remaining, seeds, ACCEPT and TERMINAL counters: one tensor, one op.
     scalars = torch.tensor(
         [
