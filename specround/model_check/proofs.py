@@ -1,0 +1,338 @@
+"""Registry and runner of the z3 proofs: the coupling (0x03) and the round protocol (0x06, INV-n, F-n).
+
+Every proof is a :class:`Proof`: a name, the invariants / fault points / spec sections it covers, a kind
+and a function that builds its :class:`Obligation` (premises and a goal, as z3 terms). The runner decides
+the obligation and returns a :class:`ProofResult` with the status, the solver's statistics, the size of the
+query and the wall time.
+
+Kinds and what "ok" means:
+
+``VALID``
+    ``premises => goal`` for every assignment. The runner first checks that the premises are satisfiable
+    (a proof over contradictory premises is reported ``VACUOUS``, never ``PROVED``), then that
+    ``premises and not goal`` is unsat (``PROVED``); a model of it is a counterexample (``REFUTED``).
+``REACHABLE``
+    ``premises and goal`` has a model (``REACHABLE``): a sat-trace regression proving that the model still
+    allows a behaviour (A = 0, a bonus, a stop inside the prefix, ...), so that an over-constrained model
+    cannot pass the ``VALID`` proofs vacuously. ``UNREACHABLE`` is a failure.
+``REFUTABLE``
+    A deliberately broken variant (a mutation of the protocol) that the named proof must catch: ``premises
+    and not goal`` must have a model (``REFUTED`` is the expected outcome, ``PROVED`` a failure).
+
+Proofs that rely on lemmas proved elsewhere in the registry list them in ``uses``; a lemma's statement is
+built by the same function for the lemma's own proof and for the proofs that assume it.
+
+Run ``python -m specround.model_check.proofs`` for a table of every proof with its time and size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import z3
+
+from specround.errors import InputError
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "Obligation",
+    "Proof",
+    "ProofKind",
+    "ProofResult",
+    "ProofStatus",
+    "all_proofs",
+    "format_results",
+    "main",
+    "run_all_proofs",
+    "run_proof",
+    "term_size",
+]
+
+DEFAULT_TIMEOUT_S = 120.0
+"""Solver time limit of one query; a query that hits it is reported ``UNKNOWN`` (a failure)."""
+
+
+class ProofKind(StrEnum):
+    """What the runner asks of an obligation (see the module docstring)."""
+
+    VALID = "valid"
+    REACHABLE = "reachable"
+    REFUTABLE = "refutable"
+
+
+class ProofStatus(StrEnum):
+    """The runner's verdict on one obligation."""
+
+    PROVED = "proved"
+    """VALID and REFUTABLE: ``premises and not goal`` is unsat."""
+    REFUTED = "refuted"
+    """``premises and not goal`` has a model (a counterexample)."""
+    VACUOUS = "vacuous"
+    """The premises alone are unsat: nothing was proved."""
+    REACHABLE = "reachable"
+    """REACHABLE: ``premises and goal`` has a model (the witness)."""
+    UNREACHABLE = "unreachable"
+    """REACHABLE: ``premises and goal`` is unsat."""
+    UNKNOWN = "unknown"
+    """The solver gave up (time limit or incompleteness)."""
+
+
+_EXPECTED = {
+    ProofKind.VALID: ProofStatus.PROVED,
+    ProofKind.REACHABLE: ProofStatus.REACHABLE,
+    ProofKind.REFUTABLE: ProofStatus.REFUTED,
+}
+
+
+@dataclass(frozen=True)
+class Obligation:
+    """The z3 content of one proof: premises, a goal, and named terms to print from a model."""
+
+    premises: tuple[z3.BoolRef, ...]
+    goal: z3.BoolRef
+    show: tuple[tuple[str, z3.ExprRef], ...] = ()
+    """Terms evaluated in a counterexample or witness model, by label."""
+
+
+@dataclass(frozen=True)
+class Proof:
+    """One registered proof."""
+
+    name: str
+    covers: tuple[str, ...]
+    """``INV-n``, ``F-n`` and spec sections (``0x03B``) this proof is evidence for."""
+    kind: ProofKind
+    build: Callable[[], Obligation]
+    description: str
+    uses: tuple[str, ...] = ()
+    """Names of lemma proofs whose statements this proof assumes."""
+
+
+@dataclass(frozen=True)
+class ProofResult:
+    """The outcome of running one :class:`Proof`."""
+
+    name: str
+    covers: tuple[str, ...]
+    kind: ProofKind
+    status: ProofStatus
+    assertions: int
+    """Top-level assertions of the deciding query (premises plus the goal or its negation)."""
+    size: int
+    """Distinct z3 AST nodes of the deciding query (a DAG count)."""
+    wall_s: float
+    """Seconds to build the obligation and run every solver call."""
+    statistics: dict[str, float] = field(default_factory=dict)
+    """z3's statistics of the deciding query (conflicts, decisions, memory, ...)."""
+    model: dict[str, str] = field(default_factory=dict)
+    """The counterexample (REFUTED) or witness (REACHABLE): each ``show`` term's value."""
+    uses: tuple[str, ...] = ()
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the status is the one the proof's kind expects."""
+        return self.status == _EXPECTED[self.kind]
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dictionary."""
+        return {
+            "name": self.name,
+            "covers": list(self.covers),
+            "kind": self.kind.value,
+            "status": self.status.value,
+            "ok": self.ok,
+            "assertions": self.assertions,
+            "size": self.size,
+            "wall_s": round(self.wall_s, 4),
+            "statistics": self.statistics,
+            "model": self.model,
+            "uses": list(self.uses),
+            "detail": self.detail,
+        }
+
+
+def term_size(terms: Iterable[z3.ExprRef]) -> int:
+    """Number of distinct AST nodes reachable from ``terms`` (shared subterms counted once)."""
+    seen: set[int] = set()
+    stack = list(terms)
+    while stack:
+        term = stack.pop()
+        ident = term.get_id()
+        if ident in seen:
+            continue
+        seen.add(ident)
+        if z3.is_quantifier(term):
+            stack.append(term.body())
+        else:
+            stack.extend(term.children())
+    return len(seen)
+
+
+def _solver(timeout_s: float) -> z3.Solver:
+    solver = z3.Solver()
+    solver.set("timeout", max(1, int(timeout_s * 1000)))
+    return solver
+
+
+def _statistics(solver: z3.Solver) -> dict[str, float]:
+    stats = solver.statistics()
+    out: dict[str, float] = {}
+    for key in stats.keys():  # noqa: SIM118 - z3 Statistics is not a dict and has no __iter__ over keys
+        value = stats.get_key_value(key)
+        if isinstance(value, (int, float)):
+            out[str(key)] = float(value)
+    return out
+
+
+def _model_values(model: z3.ModelRef, show: Sequence[tuple[str, z3.ExprRef]]) -> dict[str, str]:
+    return {label: str(model.eval(term, model_completion=True)) for label, term in show}
+
+
+def run_proof(proof: Proof, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> ProofResult:
+    """Build and decide one proof."""
+    start = time.perf_counter()
+    obligation = proof.build()
+    premises = list(obligation.premises)
+    model: dict[str, str] = {}
+    detail = ""
+
+    if proof.kind == ProofKind.REACHABLE:
+        query = [*premises, obligation.goal]
+        solver = _solver(timeout_s)
+        solver.add(*query)
+        verdict = solver.check()
+        if verdict == z3.sat:
+            status = ProofStatus.REACHABLE
+            model = _model_values(solver.model(), obligation.show)
+        elif verdict == z3.unsat:
+            status = ProofStatus.UNREACHABLE
+        else:
+            status = ProofStatus.UNKNOWN
+            detail = solver.reason_unknown()
+    else:
+        status = ProofStatus.UNKNOWN
+        vacuity = _solver(timeout_s)
+        vacuity.add(*premises)
+        premise_verdict = vacuity.check()
+        query = [*premises, z3.Not(obligation.goal)]
+        solver = _solver(timeout_s)
+        if premise_verdict == z3.unsat:
+            status = ProofStatus.VACUOUS
+            detail = "the premises are contradictory"
+        elif premise_verdict == z3.unknown:
+            detail = f"premise satisfiability unknown: {vacuity.reason_unknown()}"
+        else:
+            solver.add(*query)
+            verdict = solver.check()
+            if verdict == z3.unsat:
+                status = ProofStatus.PROVED
+            elif verdict == z3.sat:
+                status = ProofStatus.REFUTED
+                model = _model_values(solver.model(), obligation.show)
+            else:
+                detail = solver.reason_unknown()
+
+    return ProofResult(
+        name=proof.name,
+        covers=proof.covers,
+        kind=proof.kind,
+        status=status,
+        assertions=len(query),
+        size=term_size(query),
+        wall_s=time.perf_counter() - start,
+        statistics=_statistics(solver),
+        model=model,
+        uses=proof.uses,
+        detail=detail,
+    )
+
+
+def all_proofs() -> tuple[Proof, ...]:
+    """Every registered proof, in a stable order (coupling lemmas first, then the protocol)."""
+    from specround.model_check.z3_coupling import coupling_proofs
+    from specround.model_check.z3_protocol import protocol_proofs
+
+    proofs = (*coupling_proofs(), *protocol_proofs())
+    names = [proof.name for proof in proofs]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise InputError(f"duplicate proof names: {duplicates}")
+    return proofs
+
+
+def run_all_proofs(
+    names: Iterable[str] | None = None,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    on_result: Callable[[ProofResult], None] | None = None,
+) -> list[ProofResult]:
+    """Run every registered proof (or those whose name starts with one of ``names``), in order.
+
+    ``on_result`` is called after each proof (for progress output). Unknown name prefixes are refused
+    with :class:`~specround.errors.InputError` before anything runs.
+    """
+    proofs = all_proofs()
+    if names is not None:
+        prefixes = tuple(names)
+        unknown = [p for p in prefixes if not any(proof.name.startswith(p) for proof in proofs)]
+        if unknown:
+            raise InputError(f"no proof name starts with {unknown}")
+        proofs = tuple(proof for proof in proofs if proof.name.startswith(prefixes))
+    results = []
+    for proof in proofs:
+        result = run_proof(proof, timeout_s=timeout_s)
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return results
+
+
+def format_results(results: Sequence[ProofResult]) -> str:
+    """A plain-text table: name, status, time, assertion count, AST size and what each proof covers."""
+    header = f"{'proof':<52} {'status':<11} {'ok':<3} {'wall_s':>8} {'asserts':>7} {'size':>7}  covers"
+    lines = [header, "-" * len(header)]
+    for r in results:
+        lines.append(
+            f"{r.name:<52} {r.status.value:<11} {'yes' if r.ok else 'NO':<3} {r.wall_s:>8.3f} "
+            f"{r.assertions:>7} {r.size:>7}  {', '.join(r.covers)}"
+        )
+        if not r.ok:
+            if r.detail:
+                lines.append(f"    detail: {r.detail}")
+            for label, value in r.model.items():
+                lines.append(f"    {label} = {value}")
+    failed = sum(not r.ok for r in results)
+    total = sum(r.wall_s for r in results)
+    lines.append(f"{len(results)} proofs, {failed} failed, {total:.2f} s")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry: run the proofs, print a table (or JSON), exit 1 when any proof failed."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("names", nargs="*", help="run only proofs whose name starts with one of these")
+    parser.add_argument("--json", action="store_true", help="print one JSON list instead of a table")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per query")
+    args = parser.parse_args(argv)
+    results = run_all_proofs(args.names or None, timeout_s=args.timeout)
+    if args.json:
+        print(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        print(format_results(results))
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through main()
+    # Run the package module's main: under ``python -m`` this file is also loaded as ``__main__``, whose
+    # classes are distinct from the ones the proof modules import.
+    from specround.model_check.proofs import main as _package_main
+
+    sys.exit(_package_main())
