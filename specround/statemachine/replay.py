@@ -42,6 +42,7 @@ __all__ = [
 
 _OPENED = "request_opened"
 _sha256 = hashlib.sha256
+_ROUND_EVENTS = len(ROUND_EVENT_KINDS)
 _TERMINALS = ("correction", "bonus", "stop")
 _REASONS = (None, "stop", "length")
 
@@ -161,22 +162,47 @@ class _Fold:
         return payload
 
     def feed(self, event: StoredEvent) -> None:
-        """Take the next stored event of this request."""
-        payload = self._accept(event)
-        expected_kind = ROUND_EVENT_KINDS[len(self.round)]
-        if event.kind != expected_kind:
+        """Take the next stored event of this request (the checks of :meth:`_accept`, inlined)."""
+        if event.seq != self.expected_seq:
+            raise self._error(event, f"expected seq {self.expected_seq} (an event is missing or reordered)")
+        prev_hash = event.prev_hash
+        if prev_hash != self.prev_hash:
+            raise self._error(event, "prev_hash does not link to the previous event (dropped or reordered)")
+        payload = event.payload
+        if self.verify_hashes:
+            data = event.payload_bytes
+            if data is None:
+                data = canonical_bytes(payload)
+            if _sha256(prev_hash.encode("ascii") + data).hexdigest() != event.hash:  # chain_hash, inlined
+                raise self._error(event, "hash does not match the payload (edited event)")
+        kind = event.kind
+        if payload.get("kind") != kind or payload.get("request_id") != self.request_id:
+            raise self._error(event, "the envelope disagrees with the payload's kind or request id")
+        if payload.get("schema_version") != EVENT_SCHEMA_VERSION:
+            try:
+                payload = parse_event(payload).model_dump(mode="json")
+            except SpecroundError as exc:
+                raise self._error(event, str(exc)) from exc
+        self.expected_seq += 1
+        self.prev_hash = event.hash
+        self.events += 1
+        pending = self.round
+        expected_kind = ROUND_EVENT_KINDS[len(pending)]
+        if kind != expected_kind:
             raise self._error(event, f"expected a {expected_kind} event")
-        generation = self.snapshot.state.generation + 1
-        if event.generation != generation:
-            raise self._error(event, f"envelope generation {event.generation}, expected {generation}")
-        if not self.round:
-            if self.snapshot.state.finished:
+        state = self.snapshot.state
+        if event.generation != state.generation + 1:
+            raise self._error(
+                event, f"envelope generation {event.generation}, expected {state.generation + 1}"
+            )
+        if not pending:
+            if state.finished:
                 raise self._error(event, "a round after the request finished (INV-2)")
             self.round_id = event.round_id
         if event.round_id != self.round_id or payload.get("round_id") != self.round_id:
             raise self._error(event, f"round id {event.round_id!r} inside round {self.round_id!r}")
-        self.round.append(payload)
-        if len(self.round) == len(ROUND_EVENT_KINDS):
+        pending.append(payload)
+        if len(pending) == _ROUND_EVENTS:
             try:
                 self._fold_round(event)
             except (KeyError, TypeError, ValueError) as exc:
@@ -190,6 +216,7 @@ class _Fold:
         start = self.snapshot
         s0 = start.state
         rng = s0.rng
+        rng_before = (rng.proposal, rng.accept, rng.terminal)
 
         def fail(message: str) -> LogIntegrityError:
             return self._error(event, f"round {self.round_id!r}: {message}")
@@ -219,7 +246,7 @@ class _Fold:
             ready["proposal_before"],
             decided["accept_counter"],
             decided["terminal_counter"],
-        ) != rng.as_tuple():
+        ) != rng_before:
             raise fail("RNG counters at round start disagree with the state")
         reached = accepted + (1 if terminal == "correction" else 0)
         if accept_draws != reached or len(decided["accept_uniforms"]) != accept_draws:
@@ -239,10 +266,8 @@ class _Fold:
                 "terminal": rng.terminal + terminal_draws,
             },
         )
-        if (
-            tuple(staged["rng_before"]) != rng.as_tuple()
-            or tuple(staged["rng_after"]) != rng_after.as_tuple()
-        ):
+        rng_after_tuple = (rng_after.proposal, rng_after.accept, rng_after.terminal)
+        if tuple(staged["rng_before"]) != rng_before or tuple(staged["rng_after"]) != rng_after_tuple:
             raise fail("staged RNG counters are not before + draws (INV-3)")
         # INV-5: committed and discarded rows.
         try:
@@ -287,8 +312,8 @@ class _Fold:
                 "emitted_token_ids": emitted,
                 "committed_kv_token_ids": kv.committed_token_ids,
                 "discarded_kv_token_ids": kv.discarded_token_ids,
-                "rng_before": rng.as_tuple(),
-                "rng_after": rng_after.as_tuple(),
+                "rng_before": rng_before,
+                "rng_after": rng_after_tuple,
                 "processor_before_hash": s0.processors_digest,
                 "processor_after_hash": successor.state.processors_digest,
                 "finished": finished,

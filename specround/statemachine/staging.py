@@ -174,7 +174,7 @@ def stage_successor(
         raise StagingValidationError("a finish reason for an unfinished request")
     chain = start.chain
     processors, processors_digest = s0.processors, s0.processors_digest
-    if chain.stateful:
+    if chain.processors and chain.stateful:
         chain = chain.clone()
         try:
             chain.advance_many(emitted)

@@ -398,6 +398,7 @@ class SqlEventLog:
                             at,
                             text,
                         ) in rows:
+                            data = text.encode("utf-8")  # the exact bytes the chain hashed
                             yield StoredEvent(
                                 request_id,
                                 seq,
@@ -405,11 +406,11 @@ class SqlEventLog:
                                 round_id,
                                 generation,
                                 version,
-                                loads(text),
+                                loads(data),
                                 prev,
                                 link,
                                 at,
-                                text.encode("utf-8"),  # the exact bytes the chain hashed
+                                data,
                             )
                 finally:
                     cursor.close()
