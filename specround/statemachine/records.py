@@ -40,8 +40,8 @@ __all__ = [
 M = TypeVar("M", bound=BaseModel)
 
 _DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {}
-_FLOAT_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {}
-"""Per registered record: the fields whose values may hold a float (checked for NaN by record_bytes)."""
+_FLOAT_FIELDS: dict[type[BaseModel], tuple[tuple[str, int], ...]] = {}
+"""Per registered record: the fields whose values may hold a float, with how (checked by record_bytes)."""
 _set_attr = object.__setattr__
 _new = object.__new__
 # BaseModel's slots, set through their descriptors (what model_construct does, minus the attribute lookup).
@@ -66,25 +66,37 @@ def register_record(cls: type[M]) -> type[M]:
         if not field.is_required():
             defaults[name] = field.default
     _DEFAULTS[cls] = defaults
-    _FLOAT_FIELDS[cls] = tuple(
-        name for name, field in cls.__pydantic_fields__.items() if _may_hold_float(field.annotation)
-    )
+    kinds = ((name, _float_kind(field.annotation)) for name, field in cls.__pydantic_fields__.items())
+    _FLOAT_FIELDS[cls] = tuple((name, kind) for name, kind in kinds if kind != _NO_FLOAT)
     return cls
 
 
-def _may_hold_float(annotation: Any) -> bool:
-    """Whether a field annotation admits a float anywhere inside (Any, nested models and dicts do)."""
-    if annotation is float or annotation is Any or annotation is typing.Any:
-        return True
+_NO_FLOAT, _SCALAR, _SEQUENCE, _NESTED = 0, 1, 2, 3
+"""How a field can hold a float: not at all, as a scalar (``float | None``), as a flat sequence of numbers
+(``tuple[float, ...]``), or anywhere inside (nested models, dicts, ``Any``)."""
+
+
+def _float_kind(annotation: Any) -> int:
+    """Classify a field annotation (see :data:`_SCALAR` and its siblings)."""
+    if annotation is float:
+        return _SCALAR
+    if annotation is Any or annotation is typing.Any:
+        return _NESTED
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return True
+        return _NESTED
     origin = typing.get_origin(annotation)
-    if origin is dict or origin is typing.Union or origin is types.UnionType or origin is tuple:
-        return any(_may_hold_float(arg) for arg in typing.get_args(annotation) if arg is not Ellipsis)
+    args = [arg for arg in typing.get_args(annotation) if arg is not Ellipsis]
+    if origin is typing.Union or origin is types.UnionType:
+        return max(_float_kind(arg) for arg in args)
+    if origin is tuple:
+        inner = max((_float_kind(arg) for arg in args), default=_NO_FLOAT)
+        return _SEQUENCE if inner == _SCALAR else inner
+    if origin is dict:
+        return _NESTED if max((_float_kind(arg) for arg in args), default=_NO_FLOAT) else _NO_FLOAT
     if origin is typing.Literal or annotation in (int, str, bool, type(None)):
-        return False
-    # Enums and other int/str types hold no float; anything unrecognised is checked.
-    return not (isinstance(annotation, type) and issubclass(annotation, (int, str)))
+        return _NO_FLOAT
+    # Enums and other int/str types hold no float; anything unrecognised is checked fully.
+    return _NO_FLOAT if isinstance(annotation, type) and issubclass(annotation, (int, str)) else _NESTED
 
 
 def assemble(cls: type[M], values: dict[str, Any]) -> M:
@@ -108,16 +120,20 @@ def canonical_text(value: Any) -> str:
     return canonical_bytes(value).decode("utf-8")
 
 
-def _finite(value: Any) -> bool:
-    """Whether ``value`` holds no NaN or infinity (fast paths for a float and a tuple of numbers)."""
-    if value.__class__ is float:
-        return _isfinite(value)
-    if value.__class__ is tuple:
-        try:
-            return all(map(_isfinite, value))
-        except (TypeError, OverflowError):  # not all numbers, or an int beyond float range
-            pass
-    return first_non_finite(value) is None
+def _check_floats(cls: type[BaseModel], data: dict[str, Any]) -> None:
+    """Refuse NaN and infinities in the float-bearing fields of a record's values (ValueError)."""
+    for name, kind in _FLOAT_FIELDS[cls]:
+        value = data[name]
+        if value is None:
+            continue
+        if kind == _SCALAR:
+            finite = value - value == 0  # NaN - NaN and inf - inf are NaN
+        elif kind == _SEQUENCE:
+            finite = all(map(_isfinite, value))
+        else:
+            finite = first_non_finite(value) is None
+        if not finite:
+            raise ValueError(f"Out of range float values are not JSON compliant: {cls.__name__}.{name}")
 
 
 def record_bytes(record: BaseModel) -> bytes:
@@ -126,21 +142,13 @@ def record_bytes(record: BaseModel) -> bytes:
     Refuses NaN and infinities (:class:`ValueError`) in the fields that can hold floats.
     """
     data = record.__dict__
-    for name in _FLOAT_FIELDS[type(record)]:
-        value = data[name]
-        if value is not None and not _finite(value):
-            raise ValueError(
-                f"Out of range float values are not JSON compliant: {type(record).__name__}.{name}"
-            )
+    _check_floats(type(record), data)
     return dumps_trusted(data)
 
 
 def record_digest_of(cls: type[BaseModel], values: dict[str, Any]) -> str:
     """``record_digest(assemble(cls, values))`` without building the record (every field given)."""
-    for name in _FLOAT_FIELDS[cls]:
-        value = values[name]
-        if value is not None and not _finite(value):
-            raise ValueError(f"Out of range float values are not JSON compliant: {cls.__name__}.{name}")
+    _check_floats(cls, values)
     return hashlib.sha256(dumps_trusted(values)).hexdigest()
 
 
