@@ -1,35 +1,42 @@
-"""z3 model of one round of the protocol (0x06A-0x06E) and its proofs: INV-1..INV-8, INV-10, F-1..F-6.
+"""z3 model of one round of the protocol (0x06A-0x06E) and its proofs: INV-1..INV-10, F-1..F-6.
 
 The model, in the style of mypyvy: a symbolic **state**, a **transition relation** for one round attempt
 built from the state and symbolic **round inputs**, declarative **invariants**, and proofs that the initial
 state satisfies them, that every transition preserves them (``INV and T and not INV'`` is unsat, per INV,
-per layout), that publication is idempotent and fenced, and that bounded runs with arbitrary faults and
-retries reach no violation. Sat-trace regressions keep the interesting behaviours reachable so that an
-over-constrained relation cannot pass vacuously, and deliberate mutations show that each proof can fail.
+per layout, K = 8), that publication is idempotent and fenced, and that bounded runs of six attempts with
+arbitrary faults, retries and stale writers reach no violation. Sat-trace regressions keep the interesting
+behaviours reachable so that an over-constrained relation cannot pass vacuously, and deliberate mutations
+(:class:`ProtocolMutation`) show that each inductive proof can fail.
 
-State (``ProtocolState``): output O and committed cache C as token arrays with lengths, frontier F,
+State (:class:`ProtocolState`): output O and committed cache C as token arrays with lengths, frontier F,
 position P, the tokens the processors advanced over G (its length is the processor-advance count), RNG
 counters (proposal, accept, terminal), generation V, finished flag, the number of published round records
 in the log, and the id of the last published transaction. Lists are z3 arrays plus a length, which z3
 decides quickly; the sequence theory times out on symbolic truncation.
 
-One round (``round_outcome``), following the project's layout decision: between rounds ``C == O[:-1]`` and
-``F == O[-1]`` in both layouts. The target reports the logical branch rows ``[F, d_1..d_k]`` at positions
-``P..P+k`` (row 0 replayed by the verify pass under ``replay_frontier``, retained beside the cache from a
-prior one-row call under ``retained_frontier``). Emission scans ``d_1..d_A`` then the terminal token and
-stops after the first stop token or when the budget is reached (``n = min(A + 1, H)`` tokens); the round
-commits the rows of ``[F] + d_1..d_(n-1)`` (= ``[F] + d_1..d_A`` whenever the terminal token is emitted;
-the final token of a finished request never gets a row) after validating their token identities and
-positions, and the last emitted token is the new frontier. RNG: ``accept += min(A + 1, k)`` (or ``n`` when a
-stop at accepted position ``n`` ends the request), ``terminal += 1`` (0 on such a stop), ``proposal +=`` the
-proposer's draws. Processors advance over the emitted tokens. Publication is a compare-and-swap on the
-generation: a fault at F-1..F-5 (or failed validation, or bad input) leaves the state as it was; F-6
-publishes but the acknowledgement is lost; re-publishing the same transaction at the generation it already
-moved is acknowledged without change; any other stale generation is refused.
+One round (:func:`round_outcome`), following the project's layout decision: between rounds ``C == O[:-1]``
+and ``F == O[-1]`` in both layouts. The target reports the logical branch rows ``[F, d_1..d_k]`` at
+positions ``P..P+k`` (row 0 replayed by the verify pass under ``replay_frontier``, retained beside the
+cache from a prior one-row call under ``retained_frontier``). Emission scans ``d_1..d_A`` then the terminal
+token and stops after the first stop token or when the budget is reached (``n = min(A + 1, H)`` tokens);
+the round commits the rows of ``[F] + d_1..d_(n-1)`` (= ``[F] + d_1..d_A`` whenever the terminal token is
+emitted; the final token of a finished request never gets a row) after validating their token identities
+and positions, and the last emitted token is the new frontier. RNG: ``accept += min(A + 1, k)`` (or ``n``
+when a stop at accepted position ``n`` ends the request), ``terminal += 1`` (0 on such a stop),
+``proposal +=`` the proposer's draws. Processors advance over the emitted tokens. Publication is a
+compare-and-swap on the generation: a fault at F-1..F-5 (or failed validation, or bad input) leaves the
+state as it was; F-6 publishes but the acknowledgement is lost; re-publishing the same transaction at the
+generation it already moved is acknowledged without change; any other stale generation is refused.
 
-Conformance: ``round_relation(pre, inputs, post, config)`` is one z3 term, so concrete (before, after) pairs
-observed from the real state machine can be checked against it (:func:`conforms`), with states, inputs and
-configuration built from plain Python values (``ProtocolState.concrete`` and friends).
+The log's hash chain (INV-9) is a separate bounded model (:class:`ChainModel`): six events, a collision-free
+uninterpreted hash, and every edit, drop, duplicate, reorder, insert and recomputed rewrite at every
+position fails the audit against the anchored head. Re-deriving accept/reject decisions and the terminal
+draw from logged uniforms (INV-10) is proved in :mod:`specround.model_check.z3_coupling` (``decision.*``).
+
+Conformance: ``round_relation(pre, inputs, post, config)`` is one z3 term, so concrete (before, after)
+pairs observed from the real state machine can be checked against it (:func:`conforms`), with states,
+inputs and configuration built from plain Python values (:meth:`ProtocolState.concrete`,
+:meth:`ProtocolState.from_request_state`, :meth:`RoundInputs.concrete`, :meth:`ProtocolConfig.concrete`).
 """
 
 from __future__ import annotations
@@ -50,9 +57,11 @@ from specround.statemachine.state import RequestConfig, RequestState
 __all__ = [
     "BMC_MAX_DRAFT",
     "BMC_ROUNDS",
+    "CHAIN_EVENTS",
     "FAULT_POINTS",
     "MAX_MODEL_DRAFT",
     "NO_TXN",
+    "ChainModel",
     "LoggedRound",
     "ProtocolConfig",
     "ProtocolMutation",
@@ -1328,6 +1337,130 @@ def _reach_two(layout: Layout, scenario: str) -> Obligation:
 _REACH_TWO = ("retry_after_lost_ack", "stale_writer_refused", "finished_request_refused", "three_rounds")
 
 
+# --- the hash chain (INV-9) -------------------------------------------------------------------------
+
+CHAIN_EVENTS = 6
+"""Events in the bounded hash-chain proofs."""
+
+ChainRow: TypeAlias = tuple[z3.ExprRef, z3.ExprRef, Int]
+"""One stored event: (previous hash, hash, payload)."""
+
+
+class ChainModel:
+    """A per-request hash chain ``hash = H(prev_hash, event)`` with a collision-free ``H``.
+
+    ``H`` is uninterpreted over an uninterpreted digest sort. Collision resistance is modelled by inverse
+    functions (``H(a, e)`` determines ``a`` and ``e``) and acyclicity by a depth that grows by one per link
+    (no chain returns to an earlier digest). The axioms are added as ground instances for every ``H`` term
+    built through :meth:`link`, so queries stay quantifier-free.
+    """
+
+    def __init__(self) -> None:
+        self.digest = z3.DeclareSort("Digest")
+        self.genesis = z3.Const("genesis", self.digest)
+        self.hash = z3.Function("chain_hash", self.digest, z3.IntSort(), self.digest)
+        self.depth = z3.Function("chain_depth", self.digest, z3.IntSort())
+        self.prev_of = z3.Function("chain_prev", self.digest, self.digest)
+        self.event_of = z3.Function("chain_event", self.digest, z3.IntSort())
+        self.facts: list[Bool] = [self.depth(self.genesis) == 0]
+
+    def link(self, prev: z3.ExprRef, event: Int) -> z3.ExprRef:
+        """``H(prev, event)``, recording the axiom instances for it."""
+        digest = self.hash(prev, event)
+        self.facts += [
+            self.prev_of(digest) == prev,
+            self.event_of(digest) == event,
+            self.depth(digest) == self.depth(prev) + 1,
+        ]
+        return digest
+
+    def build(self, events: Sequence[Int], prev: z3.ExprRef | None = None) -> list[ChainRow]:
+        """Rows of an honestly appended chain of ``events`` (after ``prev``, genesis by default)."""
+        rows: list[ChainRow] = []
+        previous = self.genesis if prev is None else prev
+        for event in events:
+            digest = self.link(previous, event)
+            rows.append((previous, digest, event))
+            previous = digest
+        return rows
+
+    def verify(self, rows: Sequence[ChainRow]) -> Bool:
+        """What an audit checks: the first row links to genesis, each hash recomputes, each row links."""
+        if not rows:
+            return z3.BoolVal(True)
+        checks = [rows[0][0] == self.genesis]
+        checks += [digest == self.link(prev, event) for prev, digest, event in rows]
+        checks += [rows[i + 1][0] == rows[i][1] for i in range(len(rows) - 1)]
+        return z3.And(*checks)
+
+    def head(self, rows: Sequence[ChainRow]) -> z3.ExprRef:
+        """The last hash (genesis for an empty chain)."""
+        return rows[-1][1] if rows else self.genesis
+
+
+def _chain_tampers(
+    model: ChainModel, rows: list[ChainRow], kind: str
+) -> tuple[list[list[ChainRow]], list[Bool]]:
+    """Every tampered variant of ``rows`` of one kind, and what makes each a real change."""
+    n = len(rows)
+    events = [row[2] for row in rows]
+    variants: list[list[ChainRow]] = []
+    changed: list[Bool] = []
+    if kind == "edit":  # a payload rewritten in place, its stored hashes kept
+        for j in range(n):
+            x = z3.Int(f"edit{j}")
+            variants.append([*rows[:j], (rows[j][0], rows[j][1], x), *rows[j + 1 :]])
+            changed.append(x != events[j])
+    elif kind == "drop":
+        variants = [[*rows[:j], *rows[j + 1 :]] for j in range(n)]
+    elif kind == "duplicate":
+        variants = [[*rows[: j + 1], rows[j], *rows[j + 1 :]] for j in range(n)]
+    elif kind == "reorder":
+        variants = [[*rows[:j], rows[j + 1], rows[j], *rows[j + 2 :]] for j in range(n - 1)]
+    elif kind == "insert":  # a forged row with any stored values, at any position
+        for j in range(n + 1):
+            forged = (z3.Const(f"ins_prev{j}", model.digest), z3.Const(f"ins_hash{j}", model.digest))
+            variants.append([*rows[:j], (*forged, z3.Int(f"ins_event{j}")), *rows[j:]])
+    elif kind == "rewrite":  # a payload edited and every later hash recomputed
+        for j in range(n):
+            x = z3.Int(f"rewrite{j}")
+            tail = model.build([x, *events[j + 1 :]], prev=rows[j][0])
+            variants.append([*rows[:j], *tail])
+            changed.append(x != events[j])
+    else:
+        raise InputError(f"unknown tamper kind {kind!r}")
+    return variants, changed
+
+
+_CHAIN_TAMPERS = ("edit", "drop", "duplicate", "reorder", "insert", "rewrite")
+
+
+def _chain_detects(kind: str) -> Obligation:
+    """Every tamper of ``kind`` at every position fails the audit against the anchored head.
+
+    The chain alone catches every change that leaves a stored link behind it; a truncated or extended tail
+    and a rewrite that recomputes every later hash are caught only against the head hash recorded when the
+    last round was published, which the audit compares as well.
+    """
+    model = ChainModel()
+    rows = model.build([z3.Int(f"e{i}") for i in range(CHAIN_EVENTS)])
+    head = model.head(rows)
+    variants, changed = _chain_tampers(model, rows, kind)
+    goal = z3.And(*[z3.Not(z3.And(model.verify(v), model.head(v) == head)) for v in variants])
+    return Obligation(premises=(*model.facts, *changed), goal=goal)
+
+
+def _chain_reach(scenario: str) -> Obligation:
+    model = ChainModel()
+    rows = model.build([z3.Int(f"e{i}") for i in range(CHAIN_EVENTS)])
+    if scenario == "honest_log_verifies":
+        goal = z3.And(model.verify(rows), model.head(rows) == model.head(rows))
+    else:  # the limitation the head anchor exists for: a forged tail append passes the links alone
+        extended = [*rows, *model.build([z3.Int("forged")], prev=model.head(rows))]
+        goal = model.verify(extended)
+    return Obligation(premises=tuple(model.facts), goal=goal)
+
+
 def protocol_proofs() -> list[Proof]:
     """The registered protocol proofs: init, inductive steps, faults, fencing, BMC, reachability, mutants."""
     proofs = [
@@ -1445,6 +1578,26 @@ def protocol_proofs() -> list[Proof]:
             description="both layouts publish the same successor; replay verifies one row more",
         )
     )
+    proofs += [
+        Proof(
+            name=f"protocol.chain.detects.{kind}",
+            covers=("INV-9",),
+            kind=ProofKind.VALID,
+            build=partial(_chain_detects, kind),
+            description=f"every {kind} of a {CHAIN_EVENTS}-event chain, at every position, fails the audit",
+        )
+        for kind in _CHAIN_TAMPERS
+    ]
+    proofs += [
+        Proof(
+            name=f"protocol.chain.reach.{scenario}",
+            covers=("INV-9", "vacuity"),
+            kind=ProofKind.REACHABLE,
+            build=partial(_chain_reach, scenario),
+            description=f"sat-trace regression: {scenario.replace('_', ' ')}",
+        )
+        for scenario in ("honest_log_verifies", "tail_append_passes_links_alone")
+    ]
     proofs += [
         Proof(
             name=f"protocol.mutant.{mutation.value}",

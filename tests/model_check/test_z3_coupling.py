@@ -15,6 +15,7 @@ from specround.model_check.z3_coupling import (
     accept_probability,
     coupling_proofs,
     distribution,
+    inverse_cdf_obligation,
     marginal_facts,
     one_token_coupling,
     speculative_joint,
@@ -132,3 +133,14 @@ def test_prefix_joint_with_correction_from_p_is_refuted() -> None:
         Proof("p-correction", (), ProofKind.REFUTABLE, partial(_prefix_with_correction_from_p, 1), "")
     )
     assert result.status is ProofStatus.REFUTED
+
+
+@pytest.mark.parametrize(("size", "width"), [(3, 1), (4, 2), (6, 3)])
+def test_inverse_cdf_left_search_is_refuted(size: int, width: int) -> None:
+    # INV-10: counting prefix sums < u*Z (searchsorted left) can land on a zero-mass token.
+    good = run_proof(Proof("right", (), ProofKind.VALID, partial(inverse_cdf_obligation, size, width), ""))
+    assert good.status is ProofStatus.PROVED
+    bad = run_proof(
+        Proof("left", (), ProofKind.REFUTABLE, partial(inverse_cdf_obligation, size, width, right=False), "")
+    )
+    assert bad.status is ProofStatus.REFUTED

@@ -10,10 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import pytest
+import z3
 
 from specround.errors import InputError
+from specround.model_check.proofs import Obligation, Proof, ProofKind, ProofStatus, run_proof
 from specround.model_check.z3_protocol import (
     NO_TXN,
+    ChainModel,
     ProtocolConfig,
     ProtocolState,
     RoundInputs,
@@ -316,3 +319,29 @@ def test_request_state_conversion() -> None:
     assert conforms(pre, inputs, post, cfg)
     with pytest.raises(InputError):
         ProtocolState.from_request_state(before.model_copy(update={"frontier": None}), processed=())
+
+
+class NoDepthChain(ChainModel):
+    """A hash without the acyclicity axiom: ``H(a, e) == a`` is no longer excluded."""
+
+    def link(self, prev: z3.ExprRef, event: z3.ArithRef) -> z3.ExprRef:
+        digest = self.hash(prev, event)
+        self.facts += [self.prev_of(digest) == prev, self.event_of(digest) == event]
+        return digest
+
+
+def test_duplicate_detection_needs_acyclic_links() -> None:
+    # INV-9: with acyclic links a duplicated event breaks the chain; without that axiom the same query has
+    # a counterexample, so the chain proofs are not passing on a technicality.
+    def duplicated(model: ChainModel) -> Obligation:
+        rows = model.build([z3.Int(f"e{i}") for i in range(3)])
+        tampered = [rows[0], rows[0], *rows[1:]]
+        goal = z3.Not(z3.And(model.verify(tampered), model.head(tampered) == model.head(rows)))
+        return Obligation(premises=tuple(model.facts), goal=goal)
+
+    sound = run_proof(Proof("dup", ("INV-9",), ProofKind.VALID, lambda: duplicated(ChainModel()), ""))
+    assert sound.status is ProofStatus.PROVED
+    weak = run_proof(
+        Proof("dup-weak", ("INV-9",), ProofKind.REFUTABLE, lambda: duplicated(NoDepthChain()), "")
+    )
+    assert weak.status is ProofStatus.REFUTED
