@@ -70,6 +70,7 @@ __all__ = [
     "RoundOutcome",
     "TokenList",
     "conforms",
+    "expected_post",
     "fault_code",
     "initial_state",
     "protocol_proofs",
@@ -78,6 +79,7 @@ __all__ = [
     "round_outcome",
     "round_relation",
     "state_invariants",
+    "state_values",
 ]
 
 MAX_MODEL_DRAFT = 8
@@ -751,6 +753,47 @@ def conforms(
     return bool(solver.check() == z3.sat)
 
 
+def _numeral(term: z3.ExprRef) -> int | bool:
+    value = z3.simplify(term)
+    if z3.is_int_value(value):
+        return int(value.as_long())
+    if z3.is_true(value) or z3.is_false(value):
+        return bool(z3.is_true(value))
+    raise InputError(f"not a concrete value: {value}")
+
+
+def state_values(state: ProtocolState) -> dict[str, int | bool | tuple[int, ...]]:
+    """A concrete state's fields as plain Python values (``InputError`` if any field is symbolic)."""
+
+    def tokens(tokens: TokenList) -> tuple[int, ...]:
+        length = _numeral(tokens.length)
+        return tuple(int(_numeral(tokens.at(i))) for i in range(int(length)))
+
+    return {
+        "output": tokens(state.output),
+        "cache": tokens(state.cache),
+        "frontier": _numeral(state.frontier),
+        "position": _numeral(state.position),
+        "processed": tokens(state.processed),
+        "rng": (
+            int(_numeral(state.rng_proposal)),
+            int(_numeral(state.rng_accept)),
+            int(_numeral(state.rng_terminal)),
+        ),
+        "generation": _numeral(state.generation),
+        "finished": _numeral(state.finished),
+        "log_rounds": _numeral(state.log_rounds),
+        "last_txn": _numeral(state.last_txn),
+    }
+
+
+def expected_post(
+    pre: ProtocolState, inputs: RoundInputs, config: ProtocolConfig
+) -> dict[str, int | bool | tuple[int, ...]]:
+    """The authoritative state the relation allows after a concrete round attempt, as plain values."""
+    return state_values(round_outcome(pre, inputs, config).post)
+
+
 # --- invariants -----------------------------------------------------------------------------------------
 
 
@@ -928,7 +971,6 @@ def round_obligations(
                 ],
                 post.position == pre.position + 1 + committed_drafts,
                 outcome.committed_rows == 1 + committed_drafts,
-                outcome.verify_rows == (k + 1 if config.layout is Layout.REPLAY_FRONTIER else k),
             ),
         ),
         "INV-6": z3.And(
@@ -1130,20 +1172,25 @@ def _two_writers(layout: Layout) -> Obligation:
     return Obligation(premises=premises, goal=goal, show=_show_round(s0, in_a, a, config))
 
 
-def _layout_equivalence() -> Obligation:
+def _layout_equivalence(retained_mutations: tuple[ProtocolMutation, ...] = ()) -> Obligation:
+    """Both layouts publish the same successor and acknowledgement from the same state and inputs (0x06C).
+
+    ``retained_mutations`` break the retained layout only (the classic "retained commits the accepted draft
+    rows only" bug), for the refutation check.
+    """
     replay = ProtocolConfig.symbolic(MAX_MODEL_DRAFT, Layout.REPLAY_FRONTIER)
     retained = replace(replay, layout=Layout.RETAINED_FRONTIER)
     pre = ProtocolState.symbolic("pre")
     inputs = RoundInputs.symbolic("in", MAX_MODEL_DRAFT)
-    a, b = round_outcome(pre, inputs, replay), round_outcome(pre, inputs, retained)
+    a = round_outcome(pre, inputs, replay)
+    b = round_outcome(pre, inputs, retained, retained_mutations)
     premises = (replay.constraints(), *state_invariants(pre, replay).values())
     goal = z3.And(
         a.post.identical(b.post),
         a.acknowledged == b.acknowledged,
         a.committed_rows == b.committed_rows,
-        a.verify_rows == b.verify_rows + 1,
     )
-    return Obligation(premises=premises, goal=goal, show=_show_round(pre, inputs, a, replay))
+    return Obligation(premises=premises, goal=goal, show=_show_round(pre, inputs, b, retained))
 
 
 def _bmc(layout: Layout, invariant: str, rounds: int, max_draft: int) -> Obligation:
@@ -1211,30 +1258,38 @@ _REACH_ONE: dict[str, Condition] = {
         o.published,
         o.terminal_kind == int(TerminalKind.STOP),
         c.is_stop(o.last_token),
+        o.emitted_count >= 2,
         o.emitted_count < x.accepted,
+        _growth(s, o) < c.max_new,
         o.terminal_draws == 0,
     ),
     "eos_as_bonus": lambda s, x, o, c: z3.And(
         o.published,
-        x.draft_len >= 1,
+        x.draft_len >= 2,
+        _growth(s, o) < c.max_new,
         o.terminal_kind == int(TerminalKind.BONUS),
         c.is_stop(x.terminal_token),
         o.finishes,
     ),
     "eos_as_correction": lambda s, x, o, c: z3.And(
         o.published,
+        x.accepted >= 1,
+        _growth(s, o) < c.max_new,
         o.terminal_kind == int(TerminalKind.CORRECTION),
         c.is_stop(x.terminal_token),
         o.finishes,
     ),
     "length_cap_inside_prefix": lambda s, x, o, c: z3.And(
         o.published,
+        o.emitted_count >= 2,
+        o.emitted_count < x.accepted,
         o.terminal_kind == int(TerminalKind.STOP),
         z3.Not(c.is_stop(o.last_token)),
         o.finishes,
     ),
     "length_cap_at_terminal": lambda s, x, o, c: z3.And(
         o.published,
+        x.accepted >= 1,
         o.terminal_kind != int(TerminalKind.STOP),
         z3.Not(c.is_stop(o.last_token)),
         o.finishes,
@@ -1289,6 +1344,8 @@ def _reach_two(layout: Layout, scenario: str) -> Obligation:
     if scenario == "retry_after_lost_ack":
         goal = z3.And(
             first_in.fault == 6,
+            first_in.accepted >= 1,
+            z3.Not(first.finishes),
             first.published,
             z3.Not(first.acknowledged),
             second_in.expected_generation == 0,
@@ -1575,7 +1632,16 @@ def protocol_proofs() -> list[Proof]:
             covers=("INV-5", "0x06C"),
             kind=ProofKind.VALID,
             build=_layout_equivalence,
-            description="both layouts publish the same successor; replay verifies one row more",
+            description="both layouts publish the same successor from the same state and inputs",
+        )
+    )
+    proofs.append(
+        Proof(
+            name="protocol.mutant.retained_skips_frontier_row",
+            covers=("INV-5", "0x06C", "0x07"),
+            kind=ProofKind.REFUTABLE,
+            build=partial(_layout_equivalence, (ProtocolMutation.SKIP_FRONTIER_ROW,)),
+            description="layout equivalence must refute a retained layout that commits only the draft rows",
         )
     )
     proofs += [

@@ -21,7 +21,9 @@ from specround.model_check.z3_protocol import (
     ProtocolState,
     RoundInputs,
     conforms,
+    expected_post,
     fault_code,
+    state_values,
 )
 from specround.sampling.types import Layout
 from specround.statemachine.state import RequestConfig, RequestState, RngCounters
@@ -113,6 +115,8 @@ def test_partial_acceptance_commits_frontier_and_accepted_rows_only(layout: Layo
         last_txn=7,
     )
     assert check(layout, pre, inputs, good)
+    assert expected_post(pre.z3(), inputs, config(layout)) == state_values(good.z3())
+    assert expected_post(pre.z3(), inputs, config(layout))["cache"] == (*PROMPT, 20, 21)
     # committed the rejected draft row 22 as if it were the correction's row (INV-5)
     assert not check(layout, pre, inputs, replace(good, cache=(*PROMPT, 20, 21, 22)))
     # skipped the frontier row (INV-5, INV-1)
@@ -319,6 +323,8 @@ def test_request_state_conversion() -> None:
     assert conforms(pre, inputs, post, cfg)
     with pytest.raises(InputError):
         ProtocolState.from_request_state(before.model_copy(update={"frontier": None}), processed=())
+    with pytest.raises(InputError):
+        state_values(ProtocolState.symbolic("s"))
 
 
 class NoDepthChain(ChainModel):
