@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeAlias
 
 import z3
 
@@ -47,6 +47,7 @@ __all__ = [
     "ProofKind",
     "ProofResult",
     "ProofStatus",
+    "Shown",
     "all_proofs",
     "format_results",
     "main",
@@ -84,6 +85,9 @@ class ProofStatus(StrEnum):
     """The solver gave up (time limit or incompleteness)."""
 
 
+Shown: TypeAlias = "z3.ExprRef | tuple[z3.ExprRef, ...]"
+"""What an obligation shows from a model: one term, or a tuple of terms printed as ``(a, b, ...)``."""
+
 _EXPECTED = {
     ProofKind.VALID: ProofStatus.PROVED,
     ProofKind.REACHABLE: ProofStatus.REACHABLE,
@@ -97,8 +101,8 @@ class Obligation:
 
     premises: tuple[z3.BoolRef, ...]
     goal: z3.BoolRef
-    show: tuple[tuple[str, z3.ExprRef], ...] = ()
-    """Terms evaluated in a counterexample or witness model, by label."""
+    show: tuple[tuple[str, Shown], ...] = ()
+    """Terms (or tuples of terms) evaluated in a counterexample or witness model, by label."""
 
 
 @dataclass(frozen=True)
@@ -192,8 +196,13 @@ def _statistics(solver: z3.Solver) -> dict[str, float]:
     return out
 
 
-def _model_values(model: z3.ModelRef, show: Sequence[tuple[str, z3.ExprRef]]) -> dict[str, str]:
-    return {label: str(model.eval(term, model_completion=True)) for label, term in show}
+def _model_values(model: z3.ModelRef, show: Sequence[tuple[str, Shown]]) -> dict[str, str]:
+    def render(shown: Shown) -> str:
+        if isinstance(shown, tuple):
+            return "(" + ", ".join(render(term) for term in shown) + ")"
+        return str(model.eval(shown, model_completion=True))
+
+    return {label: render(shown) for label, shown in show}
 
 
 def run_proof(proof: Proof, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> ProofResult:

@@ -50,7 +50,7 @@ from typing import TypeAlias
 
 import z3
 
-from specround.model_check.proofs import Obligation, Proof, ProofKind
+from specround.model_check.proofs import Obligation, Proof, ProofKind, Shown
 
 __all__ = [
     "COUPLING_EVENTS",
@@ -495,9 +495,9 @@ def _prefix_direct(drafts: int) -> Obligation:
     return Obligation(premises=tuple(premises), goal=goal, show=_show("p_root", p(())))
 
 
-def _show(label: str, row: Sequence[z3.ExprRef]) -> tuple[tuple[str, z3.ExprRef], ...]:
-    """Model-display entries ``label[i]`` for each term of ``row``."""
-    return tuple((f"{label}[{i}]", term) for i, term in enumerate(row))
+def _show(label: str, row: Sequence[z3.ExprRef]) -> tuple[tuple[str, Shown], ...]:
+    """One model-display entry: ``label = (row[0], row[1], ...)``."""
+    return ((label, tuple(row)),)
 
 
 # --- decisions re-derived from logged values (INV-10) -----------------------------------------------

@@ -50,7 +50,7 @@ from typing import TypeAlias
 import z3
 
 from specround.errors import InputError
-from specround.model_check.proofs import Obligation, Proof, ProofKind
+from specround.model_check.proofs import Obligation, Proof, ProofKind, Shown
 from specround.sampling.types import PAD_ID, Layout, TerminalKind
 from specround.statemachine.state import RequestConfig, RequestState
 
@@ -1044,11 +1044,11 @@ _MUTANT_TARGETS = {
 
 def _show_round(
     pre: ProtocolState, inputs: RoundInputs, outcome: RoundOutcome, config: ProtocolConfig, tag: str = ""
-) -> tuple[tuple[str, z3.ExprRef], ...]:
+) -> tuple[tuple[str, Shown], ...]:
     return (
         (f"{tag}k", inputs.draft_len),
         (f"{tag}A", inputs.accepted),
-        (f"{tag}drafts", z3.Concat(*[z3.Unit(d) for d in inputs.drafts]) if inputs.drafts else z3.IntVal(0)),
+        (f"{tag}drafts", inputs.drafts),
         (f"{tag}terminal_token", inputs.terminal_token),
         (f"{tag}fault", inputs.fault),
         (f"{tag}expected_generation", inputs.expected_generation),
@@ -1060,7 +1060,7 @@ def _show_round(
         (f"{tag}len_O", pre.output.length),
         ("prompt_len", config.prompt_len),
         ("max_new", config.max_new),
-        ("stop_ids", z3.Concat(*[z3.Unit(s) for s in config.stop_ids]) if config.stop_ids else z3.IntVal(0)),
+        ("stop_ids", config.stop_ids),
     )
 
 
