@@ -889,7 +889,7 @@ def round_obligations(
     """What every round attempt must satisfy, by INV number, stated declaratively over (pre, inputs, post).
 
     ``post`` is constrained by the relation elsewhere; the outcome is consulted only for what the caller
-    observes (acknowledgement) and what the round logs (record, committed and verified row counts).
+    observes (acknowledgement) and what the round logs (its record and committed row count).
     """
     mutations = tuple(mutations)
     outcome = round_outcome(pre, inputs, config, mutations)
