@@ -231,6 +231,10 @@ class RoundController:
         coordinate digest current, drafts and q rows well formed); a refused proposal becomes an
         ``ABORTED`` result of the step and the others proceed.
         """
+        return self._begin_step(proposals)
+
+    def _begin_step(self, proposals: Sequence[RoundProposal | RoundInput]) -> Step:
+        """:meth:`begin_step` for proposals or whole round inputs (which carry the same fields)."""
         fsm = self._fsm_pool.pop() if self._fsm_pool else self._new_fsm()
         step = Step(self._settings, fsm, len(proposals))
         for index, proposal in enumerate(proposals):
@@ -244,8 +248,9 @@ class RoundController:
 
     def step(self, inputs: Sequence[RoundInput]) -> list[RoundResult]:
         """Run one step end to end: propose, verify, decide, stage, publish. Results in input order."""
-        with self.begin_step([item.proposal() for item in inputs]) as step:  # aborts if anything raises
-            step.verify([item.verification() for item in inputs])
+        # A RoundInput carries the fields of both halves: no per-round proposal/verification copies.
+        with self._begin_step(inputs) as step:  # aborts if anything raises
+            step.verify(inputs)
             step.decide()
             step.stage()
             return step.publish()
@@ -378,7 +383,7 @@ class RoundController:
         self._machine.set_state(RoundPhase.ROUND_READY, model=fsm)
         self._fsm_pool.append(fsm)
 
-    def _open_round(self, index: int, proposal: RoundProposal) -> RoundWork:
+    def _open_round(self, index: int, proposal: RoundProposal | RoundInput) -> RoundWork:
         request_id = proposal.request_id
         live = self._entry(request_id)
         if live.in_flight:

@@ -41,6 +41,7 @@ from specround.statemachine.ports import EventLog, PublishOutcome, PublishStatus
 from specround.statemachine.records import assemble, record_digest_of
 from specround.statemachine.rounds import (
     KvInstruction,
+    RoundInput,
     RoundProposal,
     RoundResult,
     RoundStatus,
@@ -90,7 +91,9 @@ class StepFsm:
         self.step._write_publication()
 
 
-def refused_result(proposal: RoundProposal, error: SpecroundError, generation: int) -> RoundResult:
+def refused_result(
+    proposal: RoundProposal | RoundInput, error: SpecroundError, generation: int
+) -> RoundResult:
     """The result of a proposal refused before its round opened."""
     return RoundResult(
         request_id=proposal.request_id,
@@ -144,10 +147,13 @@ class Step:
 
     # --- phases -----------------------------------------------------------------------------------------
 
-    def verify(self, verifications: Iterable[RoundVerification]) -> None:
-        """Hand in each round's p rows [k+1, V] and branch handle (-> ``VERIFIED_TEMPORARY``); F-1."""
+    def verify(self, verifications: Iterable[RoundVerification | RoundInput]) -> None:
+        """Hand in each round's p rows [k+1, V] and branch handle (-> ``VERIFIED_TEMPORARY``); F-1.
+
+        Whole :class:`RoundInput` records are accepted too (their verification half is read).
+        """
         self._require(Trigger.VERIFY)
-        by_request: dict[str, RoundVerification] = {}
+        by_request: dict[str, RoundVerification | RoundInput] = {}
         for item in verifications:
             by_request.setdefault(item.request_id, item)
         for rnd in self._live_rounds():
@@ -306,7 +312,7 @@ class Step:
         self._settings.release(self._fsm)
         return self.results()
 
-    def _attach_verification(self, rnd: RoundWork, verification: RoundVerification) -> None:
+    def _attach_verification(self, rnd: RoundWork, verification: RoundVerification | RoundInput) -> None:
         p_rows = verification.p_rows
         k, vocab = len(rnd.draft_ids), rnd.live.config.vocab_size
         if not isinstance(p_rows, torch.Tensor) or p_rows.dim() != 2 or tuple(p_rows.shape) != (k + 1, vocab):
