@@ -174,6 +174,11 @@ def bench_controller(
     vocab: int = typer.Option(64, min=2, help="Vocabulary size V."),
     seed: int = typer.Option(0, help="Seed of the synthetic rows."),
     threads: int = typer.Option(1, min=0, help="torch threads (0 keeps torch's default)."),
+    gc_freeze: bool = typer.Option(
+        False,
+        "--gc-freeze/--no-gc-freeze",
+        help="gc.freeze() the start-up heap before timing (as a server would).",
+    ),
 ) -> None:
     """Time the round controller + durable publish per request-round on each log backend, and replay."""
     from specround.bench.controller import run_controller_bench
@@ -196,6 +201,7 @@ def bench_controller(
         warmup=warmup,
         seed=seed,
         threads=threads or None,
+        freeze_gc=gc_freeze,
     )
     typer.echo(report.model_dump_json(indent=2))
 

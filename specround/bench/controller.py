@@ -15,6 +15,12 @@ interleaved, repetition by repetition after warm-up repetitions, and summarised 
     Wall time inside :meth:`~specround.statemachine.ports.EventLog.publish` (canonical bytes, hash chain,
     the fenced transaction); ``controller_us_per_round`` is the rest.
 
+Garbage collection: Python's periodic full collections scan every object of the process (here about
+200k, almost all from importing torch, SQLAlchemy and pydantic), and the rounds' allocations decide how often
+they run. With ``freeze_gc`` the bench calls :func:`gc.freeze` once the cases are open -- what a serving
+process does after start-up -- so full collections scan only what the run itself keeps alive; the report
+says which way it ran (``gc_frozen``).
+
 Replay is measured on each SQL log the cases wrote: ``stream_events_per_s`` iterates
 :meth:`~specround.statemachine.ports.EventLog.events` only; ``replay_events_per_s`` rebuilds every request
 with :func:`~specround.statemachine.replay.replay_log` (hash links recomputed from the canonical payloads).
@@ -22,6 +28,7 @@ with :func:`~specround.statemachine.replay.replay_log` (hash links recomputed fr
 
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import statistics
@@ -102,6 +109,8 @@ class ControllerBenchReport(BaseModel):
     warmup: int
     seed: int
     torch_threads: int
+    gc_frozen: bool = False
+    """Whether :func:`gc.freeze` moved the start-up heap out of the collector's way (see the module doc)."""
     machine: str
     load_average: tuple[float, float, float]
     """The machine's 1/5/15-minute load when the run ended (other processes inflate wall times)."""
@@ -292,17 +301,20 @@ def run_controller_bench(
     warmup: int = 1,
     seed: int = 0,
     threads: int | None = 1,
+    freeze_gc: bool = False,
 ) -> ControllerBenchReport:
     """Time the controller on every backend and batch size, interleaved, in this process.
 
     ``threads`` sets torch's intra-op threads for the run (tiny rows: one thread avoids contention);
-    None leaves torch's setting alone.
+    None leaves torch's setting alone. ``freeze_gc`` freezes the start-up heap once the cases are open and
+    unfreezes it at the end (a heap the caller froze already is left as it is).
     """
     if not batch_sizes or min(batch_sizes) < 1 or repeats < 1 or warmup < 0 or draft_len < 1 or vocab < 2:
         raise ValueError("need batch sizes >= 1, repeats >= 1, warmup >= 0, draft_len >= 1, vocab >= 2")
     if rounds_per_repetition < max(batch_sizes):
         raise ValueError("rounds_per_repetition must be at least the largest batch size")
     previous_threads = torch.get_num_threads()
+    froze_gc = freeze_gc and gc.get_freeze_count() == 0  # a heap frozen by the caller stays as it is
     if threads is not None:
         torch.set_num_threads(threads)
     rows = _Rows.make(draft_len, vocab, seed)
@@ -323,6 +335,9 @@ def run_controller_bench(
                 if backend == "sqlite":
                     where = str(Path(scratch.name) / f"b{size}.sqlite")
                 cases.append(_open_case(backend, where, size, rows, run_id))
+        if froze_gc:
+            gc.collect()
+            gc.freeze()
         for repetition in range(warmup + repeats):
             for case in cases:
                 case.run(max(1, rounds_per_repetition // case.batch_size), record=repetition >= warmup)
@@ -358,6 +373,7 @@ def run_controller_bench(
             warmup=warmup,
             seed=seed,
             torch_threads=torch.get_num_threads(),
+            gc_frozen=freeze_gc,
             machine=platform.machine() or "unknown",
             load_average=os.getloadavg(),
             target_us_per_round=CONTROLLER_TARGET_US,
@@ -374,3 +390,5 @@ def run_controller_bench(
             _drop_postgres_schema(postgres_url, schema)
         scratch.cleanup()
         torch.set_num_threads(previous_threads)
+        if froze_gc:
+            gc.unfreeze()

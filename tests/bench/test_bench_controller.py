@@ -72,3 +72,22 @@ def test_bench_controller_command_prints_json() -> None:
     assert [c.batch_size for c in report.cases] == [2, 2]
     bad = CliRunner().invoke(app, ["bench", "controller", "--batch-sizes", "x"])
     assert bad.exit_code != 0
+
+
+def test_controller_bench_can_freeze_the_start_up_heap() -> None:
+    import gc
+
+    frozen_before = gc.get_freeze_count()
+    report = run_controller_bench(
+        (2,), rounds_per_repetition=2, repeats=1, warmup=0, vocab=16, freeze_gc=True
+    )
+    assert report.gc_frozen
+    _check(report, {"memory", "sqlite"}, (2,), 2)
+    assert gc.get_freeze_count() == frozen_before  # unfrozen again afterwards
+    result = CliRunner().invoke(
+        app,
+        ["bench", "controller", "--batch-sizes", "2", "--rounds", "2", "--repeats", "1", "--gc-freeze"],
+        env={"SPECROUND_BENCH_POSTGRES_URL": None},
+    )
+    assert result.exit_code == 0, result.output
+    assert ControllerBenchReport.model_validate(json.loads(result.output)).gc_frozen
