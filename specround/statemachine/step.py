@@ -387,8 +387,7 @@ class Step:
         # K/V rows: commit [F_0] + accepted drafts before the final token, discard the rest (INV-5).
         kv = stage_kv(s0, rnd.draft_ids, emitted)
         rnd.kv = kv
-        if settings.faults is not None:
-            settings.fault(FaultPoint.AFTER_KV_STAGING, rnd)
+        settings.fault(FaultPoint.AFTER_KV_STAGING, rnd)
         # Output, processors (INV-4), RNG counters (INV-3), generation; validated by token identity (INV-1).
         before = s0.rng
         rng_before = (before.proposal, before.accept, before.terminal)
@@ -406,8 +405,7 @@ class Step:
             start, emitted, kv.committed_token_ids, rng_after, finished=finished, finish_reason=finish_reason
         )
         rnd.successor = successor
-        if settings.faults is not None:
-            settings.fault(FaultPoint.AFTER_OUTPUT_STAGING, rnd)
+        settings.fault(FaultPoint.AFTER_OUTPUT_STAGING, rnd)
         request_id, round_id = rnd.request_id, rnd.round_id
         generation = s0.generation
         processors_after = successor.state.processors_digest
