@@ -40,6 +40,7 @@ __all__ = [
 M = TypeVar("M", bound=BaseModel)
 
 _DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {}
+_FIELD_COUNT: dict[type[BaseModel], int] = {}
 _FLOAT_FIELDS: dict[type[BaseModel], tuple[tuple[str, int], ...]] = {}
 """Per registered record: the fields whose values may hold a float, with how (checked by record_bytes)."""
 _set_attr = object.__setattr__
@@ -66,6 +67,7 @@ def register_record(cls: type[M]) -> type[M]:
         if not field.is_required():
             defaults[name] = field.default
     _DEFAULTS[cls] = defaults
+    _FIELD_COUNT[cls] = len(cls.__pydantic_fields__)
     kinds = ((name, _float_kind(field.annotation)) for name, field in cls.__pydantic_fields__.items())
     _FLOAT_FIELDS[cls] = tuple((name, kind) for name, kind in kinds if kind != _NO_FLOAT)
     return cls
@@ -106,7 +108,7 @@ def assemble(cls: type[M], values: dict[str, Any]) -> M:
     ``values`` becomes the instance's dictionary when no default is missing (do not reuse it).
     """
     defaults = _DEFAULTS[cls]
-    data = {**defaults, **values} if defaults else values
+    data = {**defaults, **values} if defaults and len(values) < _FIELD_COUNT[cls] else values
     instance = _new(cls)
     _set_attr(instance, "__dict__", data)
     _set_fields_set(instance, set(data))
