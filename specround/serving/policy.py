@@ -47,11 +47,11 @@ Warm-up and priors (stated, and overridden by measurements as they arrive):
 * Cost lines start from the prior lines of :mod:`specround.serving.costs`: the draft line through the
   origin (a call for zero drafts costs nothing), the verification and state lines with a per-row slope of
   :data:`VERIFY_SLOPE_RATIO` of their intercept (about what a packed CPU verification costs per extra row).
-* A request that verified no draft for :data:`PROBE_INTERVAL` rounds asks for and verifies one draft
-  once, so that a stale acceptance estimate cannot lock speculation off forever; each probe doubles the
-  wait before the next, and no probe is made unless certain acceptance would beat plain decoding by
-  :data:`PROBE_MARGIN` under the predicted costs (a draft model nearly as expensive as the target never
-  pays enough to be worth its probes).
+* A request that verified no draft for :data:`PROBE_INTERVAL` rounds probes once (the cheapest non-empty
+  draft by predicted step time), so that a stale acceptance estimate cannot lock speculation off forever;
+  each probe doubles the wait before the next, and no probe is made unless certain acceptance would beat
+  plain decoding by :data:`PROBE_MARGIN` under the predicted costs (a draft model nearly as expensive as
+  the target never pays enough to be worth its probes).
 """
 
 from __future__ import annotations
@@ -87,16 +87,16 @@ MAX_DRAFT_LENGTH = 8
 """The largest K any policy asks for."""
 WARMUP_DRAFT_LENGTH = 4
 """K asked for in the warm-up step(s) of :class:`AdaptiveDraftLength`."""
-PRIOR_ACCEPTANCE = 0.6
-"""Prior mean of every ``alpha_j^reach`` (the acceptance rate of the 003 worked example)."""
+PRIOR_ACCEPTANCE = 0.5
+"""Prior mean of ``alpha_1^reach``: even odds."""
 PRIOR_WEIGHT = 2.0
 """Weight of the acceptance prior, in reached tests."""
 REACH_DECAY = 0.9
 """Per-round decay of a request's reach counts."""
 VERIFY_SLOPE_RATIO = 0.1
 """Prior per-row slope of the verification and state lines, relative to their intercept."""
-PROBE_INTERVAL = 16
-"""Rounds at K = 0 after which a request verifies one draft once."""
+PROBE_INTERVAL = 32
+"""Rounds without a verified draft after which a request probes once (the interval then doubles)."""
 PROBE_MARGIN = 0.25
 """A probe is made only if certain acceptance would beat plain decoding by this fraction (a probe costs a
 draft model its catch-up over the tokens it skipped, and a two-row verification)."""
@@ -364,7 +364,11 @@ class AdaptiveDraftLength:
         for index in due:
             best, tokens, seconds = self._best([slots[index]], drafting=drafting, certain=True)
             if best[0] > 0 and tokens * plain_seconds >= (1.0 + PROBE_MARGIN) * seconds:
-                ks[index] = 1
+                # The cheapest non-empty draft (a small CPU matrix product may cost more with fewer rows).
+                cap = min(_check_cap(slots[index]), self.max_k)
+                ks[index] = min(
+                    range(1, cap + 1), key=lambda k: (self.step_seconds([k], drafting=drafting), k)
+                )
         return ks
 
     # --- the protocol ---------------------------------------------------------------------------------
@@ -394,7 +398,7 @@ class AdaptiveDraftLength:
         for index, slot in enumerate(slots):
             state = self._reach.setdefault(slot.request_id, _Reach())
             if state.probing and ks[index] == 0 and min(_check_cap(slot), self.max_k) > 0:
-                ks[index] = 1  # keep the probe asked for in choose()
+                ks[index] = min(_check_cap(slot), self.max_k)  # keep the probe asked for in choose()
             state.probing = False
         return ks
 

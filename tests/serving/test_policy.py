@@ -209,6 +209,18 @@ def test_expensive_drafts_fall_back_to_plain_decoding_and_probe_with_backoff() -
     assert probes == [PROBE_INTERVAL, 3 * PROBE_INTERVAL + 1]  # after 16, then after 32 more rounds
 
 
+def test_a_probe_uses_the_cheapest_non_empty_draft() -> None:
+    # Two- and three-row verifications cost more than four rows (as small CPU matrix products can).
+    verify = {1: 0.050, 2: 0.090, 3: 0.100, 4: 0.070, 5: 0.080, 6: 0.085, 7: 0.090, 8: 0.095, 9: 0.100}
+    policy = AdaptiveDraftLength()
+    feed_costs(policy, draft_per_token=0.0, verify=verify)
+    for _ in range(30):
+        policy.observe([outcome("r", 4, accepted=0, reached=1)], StepCosts())
+    chosen = run_rounds(policy, PROBE_INTERVAL + 1, accept=False)
+    assert chosen[:PROBE_INTERVAL] == [(0, 0)] * PROBE_INTERVAL
+    assert chosen[PROBE_INTERVAL] == (3, 3)  # four rows: the cheapest step that verifies anything
+
+
 def test_no_probe_when_even_certain_acceptance_cannot_pay() -> None:
     # The draft model costs as much as the target (the bf16 copy): speculation never pays, so no probing.
     policy = AdaptiveDraftLength(draft_cost_hint=1.0)
