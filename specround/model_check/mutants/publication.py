@@ -1,0 +1,68 @@
+"""Publication failure classes (0x06E, INV-6): the log's compare-and-swap or idempotence is missing.
+
+The seam is :meth:`MemoryEventLog.publish <specround.adapters.memory_log.MemoryEventLog.publish>`; the wrong
+variant moves what the real fence compares against (the head's generation, the record of published round
+ids) just before calling it, so the real append path runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from specround.model_check.mutants.base import Mutation, Scratch, Seam
+
+__all__ = ["PUBLICATION_MUTATIONS"]
+
+_LOG = "specround.adapters.memory_log:MemoryEventLog"
+
+
+def _no_fence(original: Any, _scratch: Scratch) -> Any:
+    """A different transaction with a stale generation is appended anyway (last writer wins)."""
+
+    def publish(self: Any, publications: Any) -> Any:
+        for publication in publications:
+            entry = self._requests.get(publication.request_id)
+            if entry is None or publication.round_id in entry.rounds or entry.head.finished:
+                continue
+            if entry.head.generation != publication.expected_generation:
+                entry.head = replace(entry.head, generation=publication.expected_generation)
+        return original(self, publications)
+
+    return publish
+
+
+def _append_twice(original: Any, _scratch: Scratch) -> Any:
+    """Re-publishing an already published transaction appends its events again."""
+
+    def publish(self: Any, publications: Any) -> Any:
+        for publication in publications:
+            entry = self._requests.get(publication.request_id)
+            if entry is None:
+                continue
+            known = entry.rounds.get(publication.round_id)
+            if known is not None and known[0] == publication.commit_digest:
+                del entry.rounds[publication.round_id]
+                entry.head = replace(entry.head, generation=publication.expected_generation, finished=False)
+        return original(self, publications)
+
+    return publish
+
+
+PUBLICATION_MUTATIONS = (
+    Mutation(
+        "publication without the generation fence",
+        "publication",
+        "a round prepared at a stale generation is appended instead of refused",
+        ("INV-6", "0x06E"),
+        (Seam(_LOG, "publish", _no_fence),),
+    ),
+    Mutation(
+        "double publish appends twice",
+        "publication",
+        "publishing the same transaction again appends it a second time instead of acknowledging it",
+        ("INV-6", "0x06E"),
+        (Seam(_LOG, "publish", _append_twice),),
+    ),
+)
+"""Failure classes of generation-fenced, idempotent publication."""

@@ -1,0 +1,317 @@
+"""Sampler failure classes (0x03C-0x03H, 0x07): wrong decisions built around the real sampler.
+
+Two kinds of seams:
+
+* **Decision wrappers.** A wrong decision function with the signature of
+  :func:`~specround.sampling.exact.decide_from_uniforms` (the ones of :mod:`specround.model_check.mutations`
+  and a few more here) replaces the real one where the code path binds it: the controller's step (both
+  ``decide_from_uniforms`` and ``decide``), the exact oracle and Monte Carlo. Every wrapper calls the real
+  function; it changes only what the real function is given or how its answer is spliced.
+* **Internals of the sampler.** A module function of :mod:`specround.sampling.exact` (the inverse-CDF
+  search, the draft-value validation, the round's uniforms) replaced by a wrapper that feeds the original a
+  wrong argument, so every caller of the sampler sees the failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields, replace
+from typing import Any
+
+import torch
+
+from specround.model_check import mutations as decision_mutations
+from specround.model_check.mutants.base import Mutation, Scratch, Seam
+from specround.sampling.exact import decide_from_uniforms, round_uniforms
+from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision, TerminalKind
+
+__all__ = [
+    "DECISION_BINDINGS",
+    "SAMPLER_MUTATIONS",
+    "STOP_MUTATIONS",
+    "bonus_after_accepted_eos",
+    "bonus_from_stale_row",
+    "decision_seams",
+    "extra_draw_after_stop",
+    "tokens_after_stop",
+]
+
+DecisionFn = Callable[[SamplerBatch, torch.Tensor, torch.Tensor], SamplerDecision]
+
+DECISION_BINDINGS = (
+    ("specround.statemachine.step", "decide_from_uniforms"),
+    ("specround.model_check.enumeration", "decide_from_uniforms"),
+)
+"""Where the real code path binds ``decide_from_uniforms`` (the controller's step and the exact oracle)."""
+DECIDE_BINDINGS = (
+    ("specround.statemachine.step", "decide"),
+    ("specround.model_check.montecarlo", "decide"),
+)
+"""Where it binds ``decide`` (the controller near the int64 counter end, and Monte Carlo)."""
+
+_F64 = torch.float64
+
+
+def decision_seams(wrong: DecisionFn) -> tuple[Seam, ...]:
+    """Seams that route every sampler decision of the code path through ``wrong``."""
+
+    def from_uniforms(_original: Any, _scratch: Scratch) -> Any:
+        def decide_from_uniforms_(
+            batch: SamplerBatch, accept: torch.Tensor, terminal: torch.Tensor, *, validate: str = "read"
+        ) -> SamplerDecision:
+            return wrong(batch, accept, terminal)
+
+        return decide_from_uniforms_
+
+    def with_rng(_original: Any, _scratch: Scratch) -> Any:
+        def decide_(batch: SamplerBatch, *, validate: str = "read") -> SamplerDecision:
+            accept, terminal = round_uniforms(batch)
+            return wrong(batch, accept, terminal)
+
+        return decide_
+
+    return tuple(Seam(module, name, from_uniforms) for module, name in DECISION_BINDINGS) + tuple(
+        Seam(module, name, with_rng) for module, name in DECIDE_BINDINGS
+    )
+
+
+def _splice(mask: torch.Tensor, chosen: SamplerDecision, base: SamplerDecision) -> SamplerDecision:
+    """Per request ``b``: every field of ``chosen`` where ``mask[b]``, else of ``base``."""
+    values: dict[str, torch.Tensor] = {}
+    for f in fields(SamplerDecision):
+        a, b = getattr(chosen, f.name), getattr(base, f.name)
+        shape = (-1,) + (1,) * (a.dim() - 1)
+        values[f.name] = torch.where(mask.reshape(shape), a, b)
+    return SamplerDecision(**values)
+
+
+def _without_stop_tokens(batch: SamplerBatch) -> SamplerBatch:
+    return replace(batch, stop_ids=torch.full_like(batch.stop_ids, PAD_ID))
+
+
+def bonus_from_stale_row(
+    batch: SamplerBatch, accept: torch.Tensor, terminal: torch.Tensor
+) -> SamplerDecision:
+    """Draw the bonus from p_k (the row that tested d_k, conditioned before it) instead of p_{k+1}."""
+    rows = torch.arange(batch.p.shape[0])  # [B]
+    lens = batch.draft_lens
+    has_draft = lens > 0
+    p = batch.p.clone()  # [B, K+1, V]
+    p[rows[has_draft], lens[has_draft]] = batch.p[rows[has_draft], lens[has_draft] - 1]
+    return decide_from_uniforms(replace(batch, p=p), accept, terminal)
+
+
+def extra_draw_after_stop(
+    batch: SamplerBatch, accept: torch.Tensor, terminal: torch.Tensor
+) -> SamplerDecision:
+    """Count the acceptance test after a stop inside the prefix as reached (one ACCEPT draw too many)."""
+    decision = decide_from_uniforms(batch, accept, terminal)
+    extra = (decision.terminal == int(TerminalKind.STOP)) & (decision.accept_draws < batch.draft_lens)  # [B]
+    draws = decision.accept_draws + extra.to(torch.int64)  # [B]
+    reached = torch.arange(accept.shape[1])[None, :] < draws[:, None]  # [B, K]
+    return replace(
+        decision, accept_draws=draws, accept_uniforms=torch.where(reached, accept.to(_F64), float("nan"))
+    )
+
+
+def tokens_after_stop(batch: SamplerBatch, accept: torch.Tensor, terminal: torch.Tensor) -> SamplerDecision:
+    """A stop token inside the accepted prefix finishes the request, but the rest of the round is published.
+
+    Where a stop token cut the accepted prefix short, the decision taken without stop tokens (every
+    accepted draft and the terminal token) is published, still marked finished by the stop.
+    """
+    decision = decide_from_uniforms(batch, accept, terminal)
+    free = decide_from_uniforms(_without_stop_tokens(batch), accept, terminal)
+    cut = (decision.terminal == int(TerminalKind.STOP)) & decision.stopped_by_token  # [B]
+    longer = cut & (free.emitted > decision.emitted)
+    spliced = _splice(longer, free, decision)
+    return replace(
+        spliced,
+        finished=decision.finished | spliced.finished,
+        stopped_by_token=decision.stopped_by_token | spliced.stopped_by_token,
+    )
+
+
+def bonus_after_accepted_eos(
+    batch: SamplerBatch, accept: torch.Tensor, terminal: torch.Tensor
+) -> SamplerDecision:
+    """When the last draft is an accepted EOS, still draw and emit the bonus after it (counted and drawn)."""
+    decision = decide_from_uniforms(batch, accept, terminal)
+    free = decide_from_uniforms(_without_stop_tokens(batch), accept, terminal)
+    eos_last = (
+        (decision.terminal == int(TerminalKind.STOP))
+        & decision.stopped_by_token
+        & (decision.accepted == batch.draft_lens)
+        & (batch.draft_lens > 0)
+    )  # [B]
+    spliced = _splice(eos_last, free, decision)
+    return replace(
+        spliced,
+        finished=decision.finished | spliced.finished,
+        stopped_by_token=decision.stopped_by_token | spliced.stopped_by_token,
+    )
+
+
+# --- internals of the sampler ---------------------------------------------------------------------------
+
+
+def _unnormalised_search(original: Any, _scratch: Scratch) -> Any:
+    """Inverse CDF against the unnormalised cumulative mass: target ``u`` instead of ``u * Z``."""
+    top = 1.0 - 2.0**-53
+
+    def search(block_sums: torch.Tensor, u: torch.Tensor, block_values: Any) -> Any:
+        total = block_sums.sum(1)  # [N]
+        return original(block_sums, (u / total).clamp(max=top), block_values)
+
+    return search
+
+
+def _zero_q_passes(original: Any, _scratch: Scratch) -> Any:
+    """Validate the draft values as if every q(d) = 0 were 1: the ratio p/0 = inf then accepts."""
+
+    def check(p_at: torch.Tensor, q_at: torch.Tensor, within: torch.Tensor) -> Any:
+        return original(p_at, torch.where(q_at > 0, q_at, 1.0), within)
+
+    return check
+
+
+SAMPLER_MUTATIONS = (
+    Mutation(
+        "shifted logit row",
+        "sampler",
+        "draft i is verified against p_{i+1}, the next position's target row (off by one)",
+        ("INV-10", "0x03F", "0x07"),
+        decision_seams(decision_mutations.shifted_p_row),
+    ),
+    Mutation(
+        "continue after rejection",
+        "sampler",
+        "after the first rejection the round keeps testing the stale drafts against rows conditioned on "
+        "the rejected token",
+        ("INV-2", "INV-10", "0x03G"),
+        decision_seams(decision_mutations.continue_after_rejection),
+    ),
+    Mutation(
+        "bonus from q",
+        "sampler",
+        "the all-accepted branch draws its bonus from the drafter's row q_K instead of p_{K+1}",
+        ("INV-10", "0x03H"),
+        decision_seams(decision_mutations.bonus_from_q),
+    ),
+    Mutation(
+        "bonus from a stale row",
+        "sampler",
+        "the bonus is drawn from p_K (conditioned before d_K) instead of p_{K+1}",
+        ("INV-10", "0x03H"),
+        decision_seams(bonus_from_stale_row),
+    ),
+    Mutation(
+        "correction from p",
+        "sampler",
+        "after a rejection the token is drawn from p_{A+1} instead of the normalised residual",
+        ("INV-10", "0x03C"),
+        decision_seams(decision_mutations.correction_from_p),
+    ),
+    Mutation(
+        "residual not renormalised",
+        "sampler",
+        "the correction's inverse CDF compares u with the unnormalised residual's cumulative mass",
+        ("INV-10", "0x03C", "0x03D"),
+        (Seam("specround.sampling.exact", "_search", _unnormalised_search),),
+    ),
+    Mutation(
+        "q = 0 proposal accepted",
+        "sampler",
+        "a draft with q(d) = 0 is not refused; its ratio p/0 = inf accepts it",
+        ("INV-7", "0x03D"),
+        (Seam("specround.sampling.exact", "check_draft_values", _zero_q_passes),),
+    ),
+)
+"""Failure classes of the accept/reject decision and the terminal draw."""
+
+
+def _batch_stream(original: Any, _scratch: Scratch) -> Any:
+    """Uniforms from one stream per batch: request b reads the batch's first seed at counters offset by b."""
+
+    def batch_uniforms(
+        windows: Any,
+        seeds: Any,
+        accept_counters: Any,
+        terminal_counters: Any,
+        draft_lens: Any,
+        k_max: int,
+        device: Any,
+    ) -> Any:
+        n = len(seeds)
+        stride = max(k_max, 1)
+        return original(
+            windows,
+            [seeds[0]] * n,
+            [accept_counters[0] + b * stride for b in range(n)],
+            [terminal_counters[0] + b for b in range(n)],
+            draft_lens,
+            k_max,
+            device,
+        )
+
+    return batch_uniforms
+
+
+def _batch_round_uniforms(original: Any, _scratch: Scratch) -> Any:
+    def round_uniforms_(batch: SamplerBatch) -> Any:
+        n, stride = batch.seeds.shape[0], max(batch.draft_ids.shape[1], 1)
+        offsets = torch.arange(n, device=batch.seeds.device)
+        shared = replace(
+            batch,
+            seeds=batch.seeds[:1].expand(n),
+            accept_counters=batch.accept_counters[:1] + offsets * stride,
+            terminal_counters=batch.terminal_counters[:1] + offsets,
+        )
+        return original(shared)
+
+    return round_uniforms_
+
+
+STOP_MUTATIONS = (
+    Mutation(
+        "extra RNG draw after a stop",
+        "stops and RNG",
+        "a stop inside the accepted prefix still counts the next acceptance test as reached",
+        ("INV-3", "0x06D"),
+        decision_seams(extra_draw_after_stop),
+    ),
+    Mutation(
+        "stop inside the prefix ignored",
+        "stops and RNG",
+        "a stop token inside the accepted prefix does not end the request",
+        ("INV-2", "0x05B"),
+        decision_seams(decision_mutations.stops_ignored),
+    ),
+    Mutation(
+        "tokens after a stop published",
+        "stops and RNG",
+        "the request finishes at the stop token, but the accepted drafts after it and the terminal token are "
+        "published too",
+        ("INV-2", "0x05B"),
+        decision_seams(tokens_after_stop),
+    ),
+    Mutation(
+        "bonus counted after an accepted EOS",
+        "stops and RNG",
+        "when the last accepted draft is EOS, the bonus is still drawn and emitted after it",
+        ("INV-2", "INV-3", "0x03H"),
+        decision_seams(bonus_after_accepted_eos),
+    ),
+    Mutation(
+        "batch-dependent random stream",
+        "stops and RNG",
+        "a step draws its uniforms from the first request's seed, each request at an offset given by its "
+        "batch position (the law per request is intact; reproducibility is not)",
+        ("INV-10", "0x04A"),
+        (
+            Seam("specround.statemachine.step", "batch_uniforms", _batch_stream),
+            Seam("specround.sampling.exact", "round_uniforms", _batch_round_uniforms),
+        ),
+    ),
+)
+"""Failure classes of stops, budgets and RNG accounting."""
