@@ -219,17 +219,55 @@ def check(
         5, "--mc-random-fixtures", min=0, help="Random fixtures that also get Monte Carlo."
     ),
     mc_seed: int = typer.Option(1, "--mc-seed", help="Seed of the Monte Carlo requests."),
-    mutations: bool = typer.Option(True, "--mutations/--no-mutations", help="Run the mutation smoke tests."),
+    mutations: bool = typer.Option(
+        True, "--mutations/--no-mutations", help="Run the oracle's decision smoke tests (part oracle)."
+    ),
+    only: str | None = typer.Option(
+        None,
+        "--only",
+        help="Comma-separated parts to run: oracle, monte_carlo, ledger, proofs, conformance, mutations "
+        "(default: all).",
+    ),
+    proof_timeout: float = typer.Option(120.0, "--proof-timeout", min=1.0, help="Seconds per z3 query."),
+    walk_seed: int = typer.Option(0, "--walk-seed", help="Seed of the conformance state-machine walk."),
+    walk_rules: int = typer.Option(60, "--walk-rules", min=1, help="Rules of the conformance walk."),
+    lab_mutation: Annotated[
+        list[str] | None,
+        typer.Option("--lab-mutation", help="Run only this lab mutation (repeatable; default: every one)."),
+    ] = None,
+    lab_check: Annotated[
+        list[str] | None,
+        typer.Option("--lab-check", help="Run only this lab check per mutation (repeatable; default: all)."),
+    ] = None,
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
-    """Exact enumeration oracle, mutation smoke tests, seeded Monte Carlo and the speedup ledger."""
+    """Exact oracle, Monte Carlo, ledger, z3 proofs, conformance to the z3 model and the mutation lab."""
     import json
 
     from rich.console import Console
 
+    from specround.model_check.mutants import MUTATIONS as LAB_MUTATIONS
+    from specround.model_check.mutation_lab import CHECKS as LAB_CHECKS
     from specround.model_check.render import progress_bar, render_report
-    from specround.model_check.report import CheckOptions, run_checks
+    from specround.model_check.report import PARTS, CheckOptions, run_checks
 
+    parts = frozenset(PARTS)
+    if only is not None:
+        parts = frozenset(part.strip() for part in only.split(",") if part.strip())
+        unknown = sorted(parts - set(PARTS))
+        if unknown or not parts:
+            raise typer.BadParameter(
+                f"unknown parts {unknown}; choose from {', '.join(PARTS)}", param_hint="--only"
+            )
+    known = {m.name for m in LAB_MUTATIONS}
+    missing = [name for name in lab_mutation or [] if name not in known]
+    if missing:
+        raise typer.BadParameter(f"no lab mutation named {missing}", param_hint="--lab-mutation")
+    bad_checks = [name for name in lab_check or [] if name not in LAB_CHECKS]
+    if bad_checks:
+        raise typer.BadParameter(
+            f"no lab check named {bad_checks}; choose from {', '.join(LAB_CHECKS)}", param_hint="--lab-check"
+        )
     options = CheckOptions(
         random_fixtures=random_fixtures,
         fixture_seed=seed,
@@ -237,6 +275,12 @@ def check(
         mc_random_fixtures=mc_random_fixtures,
         mc_seed=mc_seed,
         mutations=mutations,
+        parts=parts,
+        proof_timeout_s=proof_timeout,
+        walk_seed=walk_seed,
+        walk_rules=walk_rules,
+        lab_mutations=tuple(lab_mutation or ()),
+        lab_checks=tuple(lab_check or ()),
     )
     with progress_bar(Console(stderr=True)) as progress:
         report = run_checks(options, progress)

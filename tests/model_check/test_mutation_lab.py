@@ -1,0 +1,141 @@
+"""The mutation lab on a fast subset: named failure classes, seams, activity, kills, a harmless survivor.
+
+The full lab (every mutation through every check) runs in ``test_check_cli.py``'s slow test of
+``specround check --json``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import specround.sampling.exact as exact
+from specround.model_check.mutants import MUTATIONS, Mutation, Seam, mutation_named, resolve
+from specround.model_check.mutation_lab import CHECKS, LabReport, prepare, run_checks_once, run_lab
+
+# The failure classes the lab must hold (0x07), each by the mutation that implements it.
+FAILURE_CLASSES = {
+    "shifted logit row (off by one)": "shifted logit row",
+    "continuing acceptance after the first rejection": "continue after rejection",
+    "bonus sampled from q": "bonus from q",
+    "bonus sampled from a stale row": "bonus from a stale row",
+    "correction sampled from p instead of the residual": "correction from p",
+    "residual not renormalised": "residual not renormalised",
+    "raw logits used as q while sampling from a processed q": "raw logits as q",
+    "q = 0 proposal accepted": "q = 0 proposal accepted",
+    "rejected draft KV committed": "rejected draft K/V committed",
+    "correction token given the rejected token's KV row": "correction on the rejected token's K/V row",
+    "frontier row duplicated": "frontier row duplicated",
+    "processor state advanced over rejected tokens": "processors advanced over a rejected draft",
+    "penalties applied over the last token only": "penalties over the last token only",
+    "an extra RNG draw after a stop": "extra RNG draw after a stop",
+    "a stop token inside the accepted prefix not ending the request": "stop inside the prefix ignored",
+    "tokens after a stop published": "tokens after a stop published",
+    "the bonus counted after an accepted EOS": "bonus counted after an accepted EOS",
+    "a batch-dependent random stream": "batch-dependent random stream",
+    "publication without the generation fence": "publication without the generation fence",
+    "a double publish appending twice": "double publish appends twice",
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread() -> None:
+    torch.set_num_threads(1)
+    prepare()
+
+
+def test_every_failure_class_is_a_named_mutation() -> None:
+    names = [m.name for m in MUTATIONS]
+    assert len(names) == len(set(names))
+    assert set(FAILURE_CLASSES.values()) == set(names)
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name)
+def test_every_seam_exists_and_is_restored(mutation: Mutation) -> None:
+    originals = [getattr(resolve(seam.owner), seam.attribute) for seam in mutation.seams]
+    with mutation.applied():
+        patched = [getattr(resolve(seam.owner), seam.attribute) for seam in mutation.seams]
+        assert all(p is not o for p, o in zip(patched, originals, strict=True))
+    assert [getattr(resolve(seam.owner), seam.attribute) for seam in mutation.seams] == originals
+    assert mutation.violates and mutation.failure_class
+
+
+def _killed(report: LabReport, name: str) -> tuple[str, ...]:
+    [row] = [r for r in report.rows if r.name == name]
+    assert row.active, f"{name} changed nothing observable"
+    assert row.killed, f"{name} survived: {row.details}"
+    return row.killed_by
+
+
+def test_a_sampler_mutation_is_killed_by_the_oracle() -> None:
+    report = run_lab([mutation_named("correction from p")], ("enumeration", "monte carlo"))
+    assert report.baseline_passed
+    assert set(_killed(report, "correction from p")) == {"enumeration", "monte carlo"}
+    assert report.passed and report.score == 1.0
+
+
+def test_controller_mutations_are_killed_by_conformance_and_the_audit() -> None:
+    names = [
+        "publication without the generation fence",
+        "double publish appends twice",
+        "q = 0 proposal accepted",
+    ]
+    report = run_lab([mutation_named(n) for n in names], ("z3 conformance", "audit"))
+    assert "z3 conformance" in _killed(report, "publication without the generation fence")  # INV-6
+    assert "audit" in _killed(report, "double publish appends twice")  # INV-6, INV-8
+    assert _killed(report, "q = 0 proposal accepted") == ("z3 conformance",)  # the refusal scenario
+
+
+def test_model_mutations_are_killed_on_the_tiny_model() -> None:
+    names = ["rejected draft K/V committed", "correction on the rejected token's K/V row", "raw logits as q"]
+    report = run_lab([mutation_named(n) for n in names], ("model K/V", "model q rows"))
+    assert _killed(report, "rejected draft K/V committed") == ("model K/V",)  # INV-5
+    assert _killed(report, "correction on the rejected token's K/V row") == ("model K/V",)  # INV-5
+    assert _killed(report, "raw logits as q") == ("model q rows",)
+
+
+def test_a_harmless_mutation_survives_and_fails_the_lab() -> None:
+    harmless = Mutation(
+        "harmless",
+        "test",
+        "replaces the acceptance predicate with itself",
+        ("INV-10",),
+        (Seam("specround.sampling.exact", "accepts", lambda original, _scratch: original),),
+    )
+    report = run_lab([harmless], ("enumeration",))
+    [row] = report.rows
+    assert report.baseline_passed
+    assert not row.active and not row.killed and row.verdict == "survived"
+    assert not report.passed and report.score == 0.0
+
+
+def test_a_mutation_whose_seam_is_gone_is_an_error() -> None:
+    gone = Mutation(
+        "gone",
+        "test",
+        "patches a function that does not exist",
+        (),
+        (Seam("specround.sampling.exact", "no_such_function", lambda o, _s: o),),
+    )
+    report = run_lab([gone], ("enumeration",))
+    [row] = report.rows
+    assert row.verdict == "error" and "no_such_function" in (row.error or "")
+    assert not report.passed
+    assert hasattr(exact, "accepts")
+
+
+def test_checks_pass_on_the_unmutated_code() -> None:
+    outcomes = run_checks_once(("enumeration", "model K/V", "model q rows"))
+    assert all(o.passed for o in outcomes.values()), {k: o.detail for k, o in outcomes.items()}
+    assert set(outcomes) <= set(CHECKS)
+    with pytest.raises(KeyError):
+        run_checks_once(("no such check",))
+
+
+def test_report_json_names_the_killing_checks() -> None:
+    report = run_lab([mutation_named("bonus from q")], ("enumeration",))
+    payload = report.as_json()
+    assert payload["score"] == 1.0 and payload["killed"] == 1
+    [row] = payload["mutations"]
+    assert row["verdict"] == "killed" and row["killed_by"] == ["enumeration"]
+    assert row["seams"] and row["violates"]
