@@ -30,6 +30,10 @@ Where the pairs come from:
   checked with the witness's *planned* decision as input. The rows are not one-hot: every acceptance
   ratio sits just above (or below) its uniform and the terminal token's inverse-CDF bracket is narrow, so
   a sampler that reads another row, another uniform or an unnormalised residual leaves the plan.
+  The model's ``invalid_rows_abort`` branch (a target reporting branch rows of the wrong tokens or
+  positions) has no witness here: the controller is handed p rows, not K/V rows, so every attempt's rows
+  are modelled as ``[F, d_1..d_k]`` at ``P``; the adapter's rows are checked on the tiny model by the
+  mutation lab's ``model K/V`` check.
 * **Refusals** (:func:`run_refusals`): malformed proposals (q(d) = 0, NaN, a draft outside the
   vocabulary, wrong shapes, rows that do not sum to one) must be refused with an
   :class:`~specround.errors.InputError` before any state changes; they are checked against the relation's

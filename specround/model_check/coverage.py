@@ -23,6 +23,7 @@ from typing import Any
 
 __all__ = [
     "ITEMS",
+    "RELATION_INVARIANTS",
     "WALK_INVARIANTS",
     "CoverageRow",
     "build_coverage",
@@ -52,6 +53,8 @@ ITEMS: dict[str, str] = {
 
 WALK_INVARIANTS = ("INV-1", "INV-2", "INV-3", "INV-4", "INV-5", "INV-6", "INV-7", "INV-8", "INV-9")
 """The invariants the state-machine walk checks after every rule."""
+RELATION_INVARIANTS = ("INV-1", "INV-2", "INV-3", "INV-4", "INV-5", "INV-6", "INV-7", "INV-8", "INV-10")
+"""The invariants the z3 round relation encodes (INV-10 through the witnesses' planned decisions)."""
 
 _CITATION = re.compile(r"\b(INV-(?:10|[1-9])|F-[1-6])\b")
 _TEST_DEF = re.compile(r"^\s*(?:async\s+)?def\s+(test_\w+)")
@@ -134,14 +137,16 @@ def build_coverage(
     proof_statuses: Mapping[str, bool] | None = None,
     mutations: Sequence[tuple[str, Sequence[str], str]] = (),
     conformance_kinds: Iterable[str] = (),
+    conforming_pairs: int = 0,
     walk_ran: bool = False,
     tests_directory: Path | None = None,
 ) -> list[CoverageRow]:
     """One row per item of :data:`ITEMS`.
 
     ``proof_statuses`` maps proof names to ok when the proofs ran; ``mutations`` holds ``(name, violates,
-    verdict)`` of the lab's rows; ``conformance_kinds`` the witness kinds that conformed; ``walk_ran`` says
-    whether the walk's invariant checks ran.
+    verdict)`` of the lab's rows; ``conformance_kinds`` the witness kinds that conformed,
+    ``conforming_pairs`` how many observed pairs satisfied the z3 relation (0 when any did not);
+    ``walk_ran`` says whether the walk's invariant checks ran.
     """
     from specround.model_check.proofs import all_proofs
 
@@ -154,6 +159,8 @@ def build_coverage(
         proofs_ok = None if proof_statuses is None else all(proof_statuses.get(p, False) for p in proofs)
         killed = tuple(f"{name} ({verdict})" for name, violates, verdict in mutations if item in violates)
         evidence: list[str] = []
+        if conforming_pairs and item in RELATION_INVARIANTS:
+            evidence.append(f"{conforming_pairs} z3 relation pairs")
         if item.startswith("F-") and f"fault_{item}" in kinds:
             evidence.append(f"witness fault_{item}")
         if item == "F-6" and "retry_after_lost_ack" in kinds:

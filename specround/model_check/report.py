@@ -414,6 +414,7 @@ def _coverage(report: CheckReport) -> None:
         proof_statuses=statuses,
         mutations=mutations,
         conformance_kinds=conformance.get("witness_kinds", ()),
+        conforming_pairs=0 if conformance.get("nonconforming") else conformance.get("conforming", 0),
         walk_ran=bool(conformance.get("walk_rules")),
         tests_directory=tests_directory,
     )
