@@ -85,6 +85,7 @@ from specround.sampling.types import Layout, Stream, TerminalKind
 from specround.statemachine.chain import verify_chain
 from specround.statemachine.controller import RoundController
 from specround.statemachine.faults import FaultPlan, FaultPoint, FaultRule
+from specround.statemachine.lifecycle import RoundPhase
 from specround.statemachine.ports import EventLog
 from specround.statemachine.replay import replay_states
 from specround.statemachine.rounds import RoundInput, RoundResult, RoundStatus
@@ -92,8 +93,14 @@ from specround.statemachine.staging import chain_from_config
 from specround.statemachine.state import RequestConfig, RequestState
 
 __all__ = [
+    "BRACKET_HALF_WIDTH",
+    "UNEXPLORED",
     "UNMATCHED_PROCESSORS",
+    "WALK_MAX_NEW",
+    "WALK_VOCAB",
     "WITNESS_MAX_DRAFT",
+    "WITNESS_MAX_NEW",
+    "WITNESS_MAX_PROMPT",
     "WITNESS_VOCAB",
     "Attempt",
     "BranchKind",
@@ -109,10 +116,13 @@ __all__ = [
     "WitnessRound",
     "batch_independence",
     "bracket_row",
+    "forced_input",
     "forced_rows",
     "model_config",
+    "processed_tokens",
     "run_conformance",
     "run_refusals",
+    "run_witness",
     "run_witnesses",
     "witness",
 ]
@@ -468,7 +478,8 @@ class Harness:
         if attempt.planned is not None:
             accepted, terminal = attempt.planned
         else:
-            decided = self._decision(rid, result.round_id) if result.phase.name == "PUBLISHED" else None
+            published = result.phase is RoundPhase.PUBLISHED
+            decided = self._decision(rid, result.round_id) if published else None
             accepted, terminal = decided if decided is not None else (0, 0)
         fault = attempt.fault
         if attempt.refusal:
@@ -496,6 +507,7 @@ class Harness:
         outcome = round_outcome(pre.model(), inputs, cfg)
         expected_ack = bool(z3.is_true(z3.simplify(outcome.acknowledged)))
         observed: Values | None
+        post: _View | None
         try:
             post = self.authoritative(rid)
         except SpecroundError as error:
@@ -851,7 +863,7 @@ def _seed(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
 
 
-def _forced_input(controller: RoundController, rid: str, plan: WitnessRound) -> RoundInput:
+def forced_input(controller: RoundController, rid: str, plan: WitnessRound) -> RoundInput:
     """The round input whose rows force ``plan`` on ``controller``'s current view of ``rid``."""
     config = controller.config(rid)
     state = controller.state(rid)
@@ -902,7 +914,7 @@ def run_witness(witness_: Witness, log: EventLog, harness: Harness) -> None:
             assert first is not None
             item = first  # the very same transaction, bound to the old coordinate
         else:
-            item = _forced_input(writer, rid, round_plan)
+            item = forced_input(writer, rid, round_plan)
         if round_plan.fault is not None:
             generation = writer.state(rid).generation + 1
             plan.add(

@@ -24,8 +24,10 @@ from specround.model_check.conformance import (
     Harness,
     MachineWalk,
     RandomChooser,
+    WitnessRound,
     batch_independence,
     bracket_row,
+    forced_input,
     forced_rows,
     run_conformance,
     run_refusals,
@@ -152,6 +154,41 @@ def test_forced_rows_force_the_plan_on_the_real_sampler(
     kind = TerminalKind.CORRECTION if accepted < k else TerminalKind.BONUS
     assert int(decision.terminal[0]) == int(kind)
     assert PAD_ID not in emitted
+
+
+@given(st.data())
+@settings(max_examples=60)
+def test_hypothesis_plans_forced_on_the_controller_conform(data: st.DataObject) -> None:
+    """Hypothesis picks a request (prompt, budget, stop tokens, layout) and a decision; the forced round
+    must conform to the relation with the *planned* decision as input (INV-2, INV-3, INV-5, INV-10)."""
+    from specround.adapters.memory_log import MemoryEventLog
+    from specround.statemachine.controller import RoundController
+
+    prompt = tuple(data.draw(st.lists(st.integers(0, 7), min_size=1, max_size=3)))
+    stops = tuple(data.draw(st.sets(st.integers(0, 7), max_size=2)))
+    layout = data.draw(st.sampled_from(LAYOUTS))
+    drafts, accepted, terminal, _, _ = data.draw(plans())
+    log = MemoryEventLog()
+    controller = RoundController(log)
+    controller.open_request(
+        prompt,
+        seed=data.draw(st.integers(0, 2**32)),
+        max_new_tokens=data.draw(st.integers(1, 8)),
+        vocab_size=8,
+        layout=layout,
+        stop_token_ids=stops,
+        request_id="h",
+    )
+    plan = WitnessRound(drafts, accepted, terminal, len(drafts), None, 0)
+    harness = Harness(log)
+    harness.run(
+        "hypothesis",
+        controller,
+        [Attempt(forced_input(controller, "h", plan), 0, planned=(accepted, terminal))],
+    )
+    [pair] = harness.pairs
+    assert pair.conforms, pair.detail
+    assert pair.status == "published"
 
 
 def test_bracket_rows_are_narrow_around_the_uniform() -> None:
