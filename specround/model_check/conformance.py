@@ -79,6 +79,7 @@ from specround.model_check.z3_protocol import (
     round_outcome,
     state_values,
 )
+from specround.model_check.z3_protocol import conforms as relation_conforms
 from specround.sampling.processors.chain import ProcessorChain
 from specround.sampling.rng import uniforms
 from specround.sampling.types import Layout, Stream, TerminalKind
@@ -119,6 +120,7 @@ __all__ = [
     "forced_input",
     "forced_rows",
     "model_config",
+    "model_config_args",
     "processed_tokens",
     "run_conformance",
     "run_refusals",
@@ -170,9 +172,20 @@ def _stop_ids(config: RequestConfig) -> tuple[int, ...]:
     return tuple(sorted(stops))
 
 
+def model_config_args(config: RequestConfig, max_draft: int) -> dict[str, Any]:
+    """The keyword arguments of :meth:`ProtocolConfig.concrete` for a real request."""
+    return {
+        "max_draft": max_draft,
+        "layout": config.layout,
+        "prompt_len": len(config.prompt_ids),
+        "max_new": config.max_new_tokens,
+        "stop_ids": _stop_ids(config),
+    }
+
+
 def model_config(config: RequestConfig, max_draft: int) -> ProtocolConfig:
     """The z3 configuration of a real request for rounds of at most ``max_draft`` drafts."""
-    return ProtocolConfig.from_request_config(config, max_draft=max_draft, stop_ids=_stop_ids(config))
+    return ProtocolConfig.concrete(**model_config_args(config, max_draft))
 
 
 def processed_tokens(config: RequestConfig, state: RequestState) -> tuple[int, ...]:
@@ -305,6 +318,24 @@ class ConformancePair:
     expected_acknowledged: bool
     conforms: bool
     detail: str = ""
+    inputs: Values = field(default_factory=dict)
+    """The keyword arguments of :meth:`RoundInputs.concrete` this attempt was checked with."""
+    config: Values = field(default_factory=dict)
+    """The keyword arguments of :meth:`ProtocolConfig.concrete` of its request."""
+
+    def recheck(self) -> bool:
+        """Decide the pair again with :func:`~specround.model_check.z3_protocol.conforms` (a solver call).
+
+        Only the transition relation: the acknowledgement is not part of it.
+        """
+        if self.observed is None:
+            return False
+        return relation_conforms(
+            _model_of(self.pre),
+            RoundInputs.concrete(**self.inputs),
+            _model_of(self.observed),
+            ProtocolConfig.concrete(**self.config),
+        )
 
     def as_json(self) -> dict[str, Any]:
         """JSON-able form (token tuples as lists)."""
@@ -326,7 +357,25 @@ class ConformancePair:
             "observed": plain(self.observed),
             "expected": plain(self.expected),
             "detail": self.detail,
+            "inputs": {k: list(v) if isinstance(v, tuple) else v for k, v in self.inputs.items()},
+            "config": {k: list(v) if isinstance(v, tuple) else v for k, v in self.config.items()},
         }
+
+
+def _model_of(values: Values) -> ProtocolState:
+    """The z3 state of plain values (as :func:`~.z3_protocol.state_values` gives them)."""
+    return ProtocolState.concrete(
+        output=values["output"],
+        cache=values["cache"],
+        frontier=values["frontier"],
+        position=values["position"],
+        processed=values["processed"],
+        rng=values["rng"],
+        generation=values["generation"],
+        finished=values["finished"],
+        log_rounds=values["log_rounds"],
+        last_txn=values["last_txn"],
+    )
 
 
 @dataclass(frozen=True)
@@ -382,19 +431,7 @@ class _View:
 
     def model(self) -> ProtocolState:
         """The z3 state of these values."""
-        v = self.values
-        return ProtocolState.concrete(
-            output=v["output"],
-            cache=v["cache"],
-            frontier=v["frontier"],
-            position=v["position"],
-            processed=v["processed"],
-            rng=v["rng"],
-            generation=v["generation"],
-            finished=v["finished"],
-            log_rounds=v["log_rounds"],
-            last_txn=v["last_txn"],
-        )
+        return _model_of(self.values)
 
 
 class Harness:
@@ -489,19 +526,21 @@ class Harness:
         round_id = result.round_id
         txn = self.txn(round_id) if round_id is not None else self.txn(f"unnamed:{len(self._txns)}")
         max_draft = max(1, len(drafts))
-        cfg = model_config(pre.config, max_draft)
-        inputs = RoundInputs.concrete(
-            max_draft=max_draft,
-            drafts=drafts,
-            accepted=min(accepted, len(drafts)),
-            terminal_token=terminal,
-            row_tokens=(int(pre.values["frontier"]), *drafts),
-            row_base=int(pre.values["position"]),
-            expected_generation=attempt.expected_generation,
-            txn=txn,
-            proposal_draws=item.proposal_draws,
-            fault=fault,
-        )
+        config_args = model_config_args(pre.config, max_draft)
+        cfg = ProtocolConfig.concrete(**config_args)
+        input_args: Values = {
+            "max_draft": max_draft,
+            "drafts": drafts,
+            "accepted": min(accepted, len(drafts)),
+            "terminal_token": terminal,
+            "row_tokens": (int(pre.values["frontier"]), *drafts),
+            "row_base": int(pre.values["position"]),
+            "expected_generation": attempt.expected_generation,
+            "txn": txn,
+            "proposal_draws": item.proposal_draws,
+            "fault": fault,
+        }
+        inputs = RoundInputs.concrete(**input_args)
         # One outcome serves the relation itself (round_relation(pre, inputs, post) is
         # post.identical(round_outcome(pre, inputs).post)), the acknowledgement and the expected successor.
         outcome = round_outcome(pre.model(), inputs, cfg)
@@ -542,6 +581,8 @@ class Harness:
             expected_acknowledged=expected_ack,
             conforms=ok and not problems,
             detail="; ".join(p for p in problems if p),
+            inputs=input_args,
+            config=config_args,
         )
 
 

@@ -265,6 +265,21 @@ def test_a_nonconforming_pair_names_the_expected_successor() -> None:
     assert pair.as_json()["expected"]["rng"] == list(pair.expected["rng"])
 
 
+def test_pairs_recheck_with_the_relation_solver() -> None:
+    """Each pair's verdict (the relation simplified on concrete values) equals conforms()' solver verdict."""
+    good, _, _ = run_witnesses([Layout.RETAINED_FRONTIER])
+    with mutation_named("tokens after a stop published").applied():
+        bad, _, _ = run_witnesses([Layout.RETAINED_FRONTIER])
+    relation_only = [
+        p
+        for p in good + bad
+        if p.acknowledged == p.expected_acknowledged and "does not rebuild" not in p.detail
+    ]
+    assert any(not p.conforms for p in relation_only)
+    for pair in relation_only:
+        assert pair.recheck() == pair.conforms, pair.detail
+
+
 def test_processor_state_off_the_published_tokens_is_unmatched() -> None:
     with mutation_named("processors advanced over a rejected draft").applied():
         pairs, _, _ = run_witnesses([Layout.REPLAY_FRONTIER])
