@@ -242,9 +242,13 @@ def _controller_checks() -> list[CheckOutcome]:
 # --- the tiny model -------------------------------------------------------------------------------------
 
 MODEL_PROMPT = (1, 2, 3, 1, 2)
+"""Prompt of every tiny-model request (repeated tokens, so the repetition penalty matters)."""
 MODEL_STOP = 7
+"""The tiny-model requests' stop token."""
 MODEL_DRAFT = 2
+"""Draft length K of the model-law check (the K/V check drafts 3)."""
 MODEL_HORIZON = MODEL_DRAFT + 1
+"""Tokens per request of the model-law check."""
 
 
 @cache
