@@ -30,7 +30,8 @@ expected committed tokens per second under measured costs (0x05C):
   :func:`specround.ledger.expected_progress`). The budget caps K at ``remaining - 1``, so no round is
   planned past it.
 * **Search.** The best common K first, then one coordinate pass that lets each request move its own K with
-  the others held (a request whose drafts do not pay drops to K = 0: plain decode).
+  the others held (a request whose drafts do not pay drops to K = 0: plain decode). Speculation is chosen
+  only if it beats plain decoding by :data:`SPECULATION_MARGIN` in predicted tokens per second.
 
 Warm-up and priors (stated, and overridden by measurements as they arrive):
 
@@ -42,7 +43,7 @@ Warm-up and priors (stated, and overridden by measurements as they arrive):
 * ``alpha_1^reach`` starts from a Beta prior of mean :data:`PRIOR_ACCEPTANCE` and weight
   :data:`PRIOR_WEIGHT` tests, and each later position's prior is the estimate of the position before it
   (deeper positions resemble the last one measured). Per-request counts decay by :data:`REACH_DECAY` per
-  round that verified a draft (a memory of about ten rounds), so the policy follows a request from copying
+  round that verified a draft (a memory of about five rounds), so the policy follows a request from copying
   text to free text.
 * Cost lines start from the prior lines of :mod:`specround.serving.costs`: the draft line through the
   origin (a call for zero drafts costs nothing), the verification and state lines with a per-row slope of
@@ -74,6 +75,7 @@ __all__ = [
     "PROBE_INTERVAL",
     "PROBE_MARGIN",
     "REACH_DECAY",
+    "SPECULATION_MARGIN",
     "VERIFY_SLOPE_RATIO",
     "WARMUP_DRAFT_LENGTH",
     "AdaptiveDraftLength",
@@ -91,12 +93,16 @@ PRIOR_ACCEPTANCE = 0.5
 """Prior mean of ``alpha_1^reach``: even odds."""
 PRIOR_WEIGHT = 2.0
 """Weight of the acceptance prior, in reached tests."""
-REACH_DECAY = 0.9
-"""Per-round decay of a request's reach counts."""
+REACH_DECAY = 0.8
+"""Per-round decay of a request's reach counts (a memory of about five rounds)."""
 VERIFY_SLOPE_RATIO = 0.1
 """Prior per-row slope of the verification and state lines, relative to their intercept."""
 PROBE_INTERVAL = 32
 """Rounds without a verified draft after which a request probes once (the interval then doubles)."""
+SPECULATION_MARGIN = 0.1
+"""Speculation must beat plain decoding by this fraction of predicted tokens per second: acceptance
+estimated from a few rounds is optimistic for the K it selects (the optimiser's curse), and a predicted gain
+smaller than that is within the noise of the estimate."""
 PROBE_MARGIN = 0.25
 """A probe is made only if certain acceptance would beat plain decoding by this fraction (a probe costs a
 draft model its catch-up over the tokens it skipped, and a two-row verification)."""
@@ -346,6 +352,10 @@ class AdaptiveDraftLength:
                     tokens, seconds = rate(trial)
                     if tokens * best_seconds > best_tokens * seconds:
                         best, best_tokens, best_seconds = trial, tokens, seconds
+        if not certain and any(best):
+            plain_tokens, plain_seconds = rate([0] * len(slots))
+            if best_tokens * plain_seconds < (1.0 + SPECULATION_MARGIN) * plain_tokens * best_seconds:
+                return [0] * len(slots), plain_tokens, plain_seconds  # a predicted gain within the noise
         return best, best_tokens, best_seconds
 
     def _probe(self, slots: Sequence[DraftSlot], ks: list[int], *, drafting: bool) -> list[int]:

@@ -16,6 +16,7 @@ from specround.serving.policy import (
     PRIOR_WEIGHT,
     PROBE_INTERVAL,
     REACH_DECAY,
+    SPECULATION_MARGIN,
     WARMUP_DRAFT_LENGTH,
     AdaptiveDraftLength,
     DraftSlot,
@@ -238,6 +239,29 @@ def test_a_free_draft_hint_speculates_from_the_second_step() -> None:
     policy.observe([], StepCosts(verify_calls=((1, 0.05),), states=((0, 0.001),)))
     [k] = policy.choose([DraftSlot("r", 8)])
     assert k > 0
+
+
+def test_speculation_must_beat_plain_decoding_by_the_margin() -> None:
+    verify = {rows: 0.05 * (1 + 0.12 * (rows - 1)) for rows in range(1, 10)}
+    low = AdaptiveDraftLength()
+    feed_costs(low, draft_per_token=0.0, verify=verify)
+    for _ in range(30):
+        low.observe([outcome("r", 1, accepted=0, reached=1)], StepCosts())
+    plain = low.step_seconds([0], drafting=False)
+    gains = [low.expected_progress("r", k) * plain / low.step_seconds([k], drafting=False) for k in range(9)]
+    assert 1.0 < max(gains) < 1.0 + SPECULATION_MARGIN  # K = 1 would pay a little, within the noise
+    assert low.trim([DraftSlot("r", 8)]) == [0]
+
+    high = AdaptiveDraftLength()
+    feed_costs(high, draft_per_token=0.0, verify=verify)
+    for index in range(30):
+        high.observe([outcome("r", 1, accepted=index % 2, reached=1)], StepCosts())
+    plain = high.step_seconds([0], drafting=False)
+    gains = [
+        high.expected_progress("r", k) * plain / high.step_seconds([k], drafting=False) for k in range(9)
+    ]
+    assert max(gains) > 1.0 + SPECULATION_MARGIN
+    assert high.trim([DraftSlot("r", 8)]) == [max(range(9), key=lambda k: gains[k])]
 
 
 def test_trim_ignores_sunk_draft_cost() -> None:
