@@ -22,7 +22,6 @@ DEMO_LOG := specround-logs/demo.sqlite
 DEMO_PROMPT := Copy the following text exactly, then stop: The old lighthouse stood on the edge of the cliff, its white paint peeling after many winters. Every evening the keeper climbed the narrow stairs, lit the great lamp, and watched the ships pass safely through the dark water.
 
 demo: install
-	$(BIN)/specround check
 	rm -f $(DEMO_LOG) $(DEMO_LOG)-wal $(DEMO_LOG)-shm
 	$(BIN)/specround generate "$(DEMO_PROMPT)" --draft ngram --k auto --temperature 0 --max-tokens 96 --threads 1 --log $(DEMO_LOG)
 	$(BIN)/specround audit $(DEMO_LOG)
