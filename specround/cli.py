@@ -624,7 +624,12 @@ def generate(
         list[str] | None, typer.Option("--stop", help="Stop string (repeatable); EOS always stops.")
     ] = None,
     log: str | None = typer.Option(
-        None, "--log", help="SQLite event log. Default: ./specround-logs/generate-<time>-<id>.sqlite."
+        None,
+        "--log",
+        help=(
+            "Event log: a SQLite file path or a SQLAlchemy URL (postgresql+psycopg://...). "
+            "Default: ./specround-logs/generate-<time>-<id>.sqlite."
+        ),
     ),
     raw: bool = typer.Option(False, "--raw", help="Send the prompt as is, without the chat template."),
     threads: int | None = typer.Option(None, "--threads", min=1, help="Torch intra-op threads."),
@@ -722,12 +727,17 @@ def generate(
                 sys.stdout.write("\n")  # completes the last line while the bar still routes stdout
             sys.stdout.flush()
     except KeyboardInterrupt:
-        typer.echo(f"interrupted; {session.log_path} holds every round published so far", err=True)
+        typer.echo(
+            f"interrupted; {session.log_location.label()} holds every round published so far", err=True
+        )
         raise typer.Exit(130) from None
     except SpecroundError as exc:
         typer.echo(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}", err=True)
-        if session.log_path.is_file():
-            typer.echo(f"{session.log_path} holds every round published before the error", err=True)
+        log_file = session.log_location.sqlite_path
+        if log_file is None or log_file.is_file():
+            typer.echo(
+                f"{session.log_location.label()} holds every round published before the error", err=True
+            )
         raise typer.Exit(1) from exc
     if as_json:
         typer.echo(json.dumps(report.as_json(), indent=2))

@@ -70,5 +70,5 @@ def acceptance_table(report: GenerationReport) -> Table:
             )
         )
         table.add_row("time split", split)
-    table.add_row("log", str(report.log_path))
+    table.add_row("log", report.log)
     return table

@@ -6,9 +6,10 @@ A session has two phases, so that bad input never leaves a half-written log behi
    path, prompt, stop strings), loads the model and builds the proposer, and encodes the chat-templated
    prompt. It creates no file; any :class:`~specround.errors.InputError` or
    :class:`~specround.errors.ModelError` is raised here.
-2. :meth:`GenerationSession.run` creates the SQLite event log, opens the request and drives it through the
-   serving loop. A failure midway (an exception, Ctrl-C) leaves the log holding only complete, published
-   rounds: an auditable prefix (the controller's group commit publishes a round whole or not at all).
+2. :meth:`GenerationSession.run` creates (or migrates) the event log, opens the request and drives it
+   through the serving loop. A failure midway (an exception, Ctrl-C) leaves the log holding only complete,
+   published rounds: an auditable prefix (the controller's group commit publishes a round whole or not at
+   all).
 
 Stop strings become token sequences for the stop automaton: each string is encoded on its own (no BOS);
 the request stops when the model emits exactly that token sequence. EOS (and EOT when declared) always
@@ -27,6 +28,7 @@ from typing import Any
 
 import torch
 
+from specround.adapters.sql.engine import LogLocation, parse_location
 from specround.errors import InvalidRequestError, ModelLoadError
 from specround.sampling.processors.chain import ProcessorChain, sampling_chain
 from specround.sampling.types import Layout
@@ -164,7 +166,8 @@ class GenerationReport:
     """The outcome of one ``generate`` run."""
 
     request_id: str
-    log_path: Path
+    log: str
+    """Where the event log is: the SQLite file, or the database URL with any password hidden."""
     text: str
     prompt_tokens: int
     generated_ids: tuple[int, ...]
@@ -189,7 +192,7 @@ class GenerationReport:
         stats = self.stats
         return {
             "request_id": self.request_id,
-            "log": str(self.log_path),
+            "log": self.log,
             "text": self.text,
             "model": self.model_id,
             "draft": self.draft,
@@ -226,7 +229,8 @@ class GenerationSession:
     """A validated, loaded generation: call :meth:`run` once."""
 
     options: GenerateOptions
-    log_path: Path
+    log_location: LogLocation
+    """The event log: a SQLite file (created with its directory when missing) or a database URL."""
     model_id: str
     target: Any
     """The :class:`~specround.adapters.llama.LlamaTarget`."""
@@ -264,8 +268,9 @@ class GenerationSession:
             if on_round is not None:
                 on_round(outcome)
 
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = SqlEventLog.open(self.log_path)
+        if self.log_location.sqlite_path is not None:
+            self.log_location.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
+        log = SqlEventLog.open(self.log_location.connect_target())
         try:
             controller = RoundController(log)
             loop = ServingLoop(
@@ -299,7 +304,7 @@ class GenerationSession:
             generated = state.generated
             return GenerationReport(
                 request_id=request_id,
-                log_path=self.log_path,
+                log=self.log_location.label(),
                 text=str(self.tokenizer.decode(list(generated), skip_special_tokens=True)),
                 prompt_tokens=len(self.prompt_ids),
                 generated_ids=generated,
@@ -336,8 +341,13 @@ def prepare_session(options: GenerateOptions) -> GenerationSession:
     for text in options.stop:
         if not text:
             raise InvalidRequestError("a --stop string must not be empty")
-    log_path = Path(options.log).expanduser() if options.log else default_log_path()
-    if log_path.exists() and not log_path.is_file():
+    log_location = parse_location(
+        options.log
+        if options.log and "://" in options.log
+        else Path(options.log or default_log_path()).expanduser()
+    )
+    log_path = log_location.sqlite_path
+    if log_path is not None and log_path.exists() and not log_path.is_file():
         raise InvalidRequestError(f"--log {log_path} exists and is not a file")
     model_path = Path(options.model).expanduser() if options.model else None
     if model_path is not None and not model_path.is_file():
@@ -395,7 +405,7 @@ def prepare_session(options: GenerateOptions) -> GenerationSession:
     }
     return GenerationSession(
         options=options,
-        log_path=log_path,
+        log_location=log_location,
         model_id=target.model_id,
         target=target,
         tokenizer=tokenizer,

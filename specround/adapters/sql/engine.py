@@ -69,6 +69,16 @@ class LogLocation:
         """The URL with any password hidden, for messages and reports."""
         return self.url.render_as_string(hide_password=True)
 
+    def label(self) -> str:
+        """For users: the SQLite file path as a path, any other log as its URL with the password hidden."""
+        return str(self.sqlite_path) if self.sqlite_path is not None else self.display()
+
+    def connect_target(self) -> str:
+        """What :func:`parse_location` reads back as this location: the file path, or the full URL."""
+        if self.sqlite_path is not None:
+            return str(self.sqlite_path)
+        return self.url.render_as_string(hide_password=False)
+
 
 def parse_location(url_or_path: str | os.PathLike[str]) -> LogLocation:
     """Read a filesystem path or a SQLAlchemy URL; raise :class:`InvalidLogUrlError` for anything else."""
