@@ -6,9 +6,12 @@ Each command parses and validates its options, calls into the library, and rende
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, TypeVar
 
 import typer
+
+_Item = TypeVar("_Item")
 
 app = typer.Typer(
     name="specround",
@@ -21,6 +24,14 @@ bench_app = typer.Typer(
     help="Benchmarks; each prints JSON with ratios measured in one run.", no_args_is_help=True
 )
 app.add_typer(bench_app, name="bench")
+
+
+def _comma_list(text: str, convert: Callable[[str], _Item], option: str, what: str) -> list[_Item]:
+    """The comma-separated items of ``text`` (blanks dropped), each converted; BadParameter on a bad item."""
+    try:
+        return [convert(part.strip()) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter(f"not a list of {what}: {text!r}", param_hint=option) from exc
 
 
 @app.callback()
@@ -127,12 +138,7 @@ def bench_sampler(
     from specround.bench.sampler import run_sampler_bench
 
     del as_json
-    try:
-        sizes = [int(part) for part in batch_sizes.split(",") if part.strip()]
-    except ValueError as exc:
-        raise typer.BadParameter(
-            f"not a list of integers: {batch_sizes!r}", param_hint="--batch-sizes"
-        ) from exc
+    sizes = _comma_list(batch_sizes, int, "--batch-sizes", "integers")
     if not sizes or min(sizes) < 1:
         raise typer.BadParameter("batch sizes must be >= 1", param_hint="--batch-sizes")
     report = run_sampler_bench(
@@ -183,12 +189,7 @@ def bench_controller(
     """Time the round controller + durable publish per request-round on each log backend, and replay."""
     from specround.bench.controller import run_controller_bench
 
-    try:
-        sizes = [int(part) for part in batch_sizes.split(",") if part.strip()]
-    except ValueError as exc:
-        raise typer.BadParameter(
-            f"not a list of integers: {batch_sizes!r}", param_hint="--batch-sizes"
-        ) from exc
+    sizes = _comma_list(batch_sizes, int, "--batch-sizes", "integers")
     if not sizes or min(sizes) < 1 or rounds < max(sizes):
         raise typer.BadParameter("batch sizes must be >= 1 and <= --rounds", param_hint="--batch-sizes")
     report = run_controller_bench(
@@ -568,19 +569,14 @@ def bench_e2e(
     from specround.bench.e2e import run_e2e_bench
     from specround.errors import SpecroundError
 
-    try:
-        temps = [float(part) for part in temperatures.split(",") if part.strip()]
-    except ValueError as exc:
-        raise typer.BadParameter(
-            f"not a list of numbers: {temperatures!r}", param_hint="--temperatures"
-        ) from exc
+    temps = _comma_list(temperatures, float, "--temperatures", "numbers")
     if not temps or min(temps) < 0:
         raise typer.BadParameter("temperatures must be >= 0", param_hint="--temperatures")
     try:
         report = run_e2e_bench(
-            classes=[c.strip() for c in classes.split(",") if c.strip()],
+            classes=_comma_list(classes, str, "--classes", "names"),
             temperatures=temps,
-            drafts=[d.strip() for d in drafts.split(",") if d.strip()],
+            drafts=_comma_list(drafts, str, "--drafts", "draft specifications"),
             k=k,
             max_tokens=max_tokens,
             repeats=repeats,

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from specround.errors import LedgerDeclarationError, NegativeCostError, UnreachableRateError
 
 __all__ = [
     "PROBABILITY_TOLERANCE",
+    "ReachCount",
     "accepted_pmf",
     "expected_accepted",
     "expected_discarded_rows",
@@ -44,6 +46,20 @@ __all__ = [
 
 PROBABILITY_TOLERANCE = 1e-12
 """Slack allowed when checking that declared probabilities are monotone and sum to one (float64 sums)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReachCount:
+    """Evidence behind ``alpha_j^reach``: rounds that reached test j, and those whose draft j was accepted."""
+
+    position: int
+    reached: int
+    accepted: int
+
+    @property
+    def rate(self) -> float | None:
+        """``accepted / reached``; ``None`` when no round reached position j (never 0 or NaN)."""
+        return self.accepted / self.reached if self.reached else None
 
 
 def _check_rate(value: float, what: str) -> float:

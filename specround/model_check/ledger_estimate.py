@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specround.errors import LedgerDeclarationError, MissingProgressTokenError, NegativeCostError
+from specround.ledger import ReachCount
 from specround.model_check.ledger import accepted_pmf
 
 __all__ = ["LedgerEstimate", "ReachCount", "RoundRecord", "estimate_ledger"]
@@ -80,20 +81,6 @@ class RoundRecord:
         """Acceptance tests the round reached: ``A + 1`` after a rejection, else ``A`` (INV-3)."""
         rejected = self.accepted < self.drafted and self.emitted == self.accepted + 1
         return self.accepted + 1 if rejected else self.accepted
-
-
-@dataclass(frozen=True)
-class ReachCount:
-    """The evidence behind one ``alpha_j^reach`` estimate."""
-
-    position: int
-    reached: int
-    accepted: int
-
-    @property
-    def rate(self) -> float | None:
-        """``accepted / reached``; ``None`` when no round reached the position (never 0 or NaN)."""
-        return self.accepted / self.reached if self.reached else None
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from specround.ledger import ReachCount
 from specround.statemachine.events import RoundTimings
 from specround.statemachine.state import FinishReason, TerminalName
 
@@ -52,20 +53,6 @@ class RoundOutcome:
         """``T_round = T_D + T_V + T_S + T_Q`` of the round."""
         t = self.timings
         return math.fsum((t.draft_s, t.verify_s, t.state_s, t.queue_s))
-
-
-@dataclass(frozen=True, slots=True)
-class ReachCount:
-    """Evidence behind ``alpha_j^reach``: rounds that reached test j, and those whose draft j was accepted."""
-
-    position: int
-    reached: int
-    accepted: int
-
-    @property
-    def rate(self) -> float | None:
-        """``accepted / reached``; None when no round reached position j."""
-        return self.accepted / self.reached if self.reached else None
 
 
 @dataclass(slots=True)
