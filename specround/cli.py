@@ -854,5 +854,28 @@ def schemas(
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: run the app, then leave without the interpreter's final teardown.
+
+    Every command has closed its logs and written its output by the time it returns. What remains at
+    interpreter exit is garbage, and one piece of it is pathological: z3's ``Z3_del_context`` on the main
+    context after ``specround check`` (thousands of solver calls) was seen to run for over ten minutes.
+    So logging is shut down and the standard streams are flushed, and the process ends with the
+    command's exit status. An exception other than ``SystemExit`` propagates as usual.
+    """
+    import logging
+    import os
+    import sys
+
+    try:
+        app()
+        status = 0
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            status = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            status = 1
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
