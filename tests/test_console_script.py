@@ -6,7 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = [sys.executable, "-c", "import sys; from specround.cli import main; sys.argv[0] = 'specround'; main()"]
+RUN_MAIN = "import sys; from specround.cli import main; sys.argv[0] = 'specround'; main()"
+SCRIPT = [sys.executable, "-c", RUN_MAIN]
 
 
 def test_help_is_printed_and_exits_zero() -> None:

@@ -174,7 +174,12 @@ def render_report(report: CheckReport, console: Console) -> None:
 
 @contextmanager
 def progress_bar(console: Console) -> Iterator[ProgressCallback]:
-    """A rich progress display; yields the ``progress(stage, done, total)`` callback of :func:`run_checks`."""
+    """A rich progress display; yields the ``progress(stage, done, total)`` callback of :func:`run_checks`.
+
+    The bar redraws only from the callback, on the calling thread: rich's auto-refresh thread would let the
+    garbage collector run z3 finalizers (``Z3_dec_ref``) on that thread while the main thread is inside a z3
+    call with the GIL released, and a z3 context is not thread-safe (seen as a crash and as a hang).
+    """
     bar = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -182,13 +187,14 @@ def progress_bar(console: Console) -> Iterator[ProgressCallback]:
         TimeElapsedColumn(),
         console=console,
         transient=True,
+        auto_refresh=False,
     )
     tasks: dict[str, TaskID] = {}
 
     def update(stage: str, done: int, total: int) -> None:
         if stage not in tasks:
             tasks[stage] = bar.add_task(stage, total=total)
-        bar.update(tasks[stage], completed=done, total=total)
+        bar.update(tasks[stage], completed=done, total=total, refresh=True)
 
     with bar:
         yield update
