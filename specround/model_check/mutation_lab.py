@@ -416,26 +416,12 @@ def _exact_model_law(temperature: float = MODEL_TEMPERATURE) -> dict[tuple[int, 
     enumerating the target's processed conditionals token by token: a reference that does not run the
     serving path it checks.
     """
+    from specround.model_check.sequence_law import exact_sequence_law
+
     tiny, _ = _tiny_models()
-    start = _model_chain(temperature)
-    start.advance_many(MODEL_PROMPT)
-    law: dict[tuple[int, ...], float] = {}
-
-    def walk(prefix: tuple[int, ...], mass: float, state: Any) -> None:
-        if len(prefix) == MODEL_HORIZON or (prefix and prefix[-1] == MODEL_STOP):
-            law[prefix] = law.get(prefix, 0.0) + mass
-            return
-        logits = tiny.model.logits(torch.tensor(MODEL_PROMPT + prefix))[-1].double()  # [V]
-        probs = state.distribution(logits)  # [V]
-        for token in range(probs.shape[0]):
-            p = float(probs[token])
-            if p > 0.0:
-                nxt = state.clone()
-                nxt.advance(token)
-                walk((*prefix, token), mass * p, nxt)
-
-    walk((), 1.0, start)
-    return law
+    return exact_sequence_law(
+        tiny.model.logits, _model_chain(temperature), MODEL_PROMPT, MODEL_HORIZON, MODEL_STOP
+    )
 
 
 def _model_law_check() -> CheckOutcome:

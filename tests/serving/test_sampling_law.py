@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-import torch
 
 from specround.adapters.llama import LlamaBundle, LlamaTarget, tiny_llama
 from specround.adapters.memory_log import MemoryEventLog
 from specround.adapters.proposers import ModelProposer, NGramProposer, early_exit_proposer
+from specround.model_check.sequence_law import exact_sequence_law
 from specround.model_check.stats import chi_square_test
 from specround.sampling.processors import ProcessorChain, sampling_chain
 from specround.sampling.types import Layout
@@ -51,25 +51,7 @@ def policy_chain(temperature: float = TEMPERATURE) -> ProcessorChain:
 
 def exact_joint(model: LlamaBundle, chain: ProcessorChain) -> dict[tuple[int, ...], float]:
     """P(first HORIZON tokens) under the target alone; a sequence ends early at the stop token."""
-    start = chain.clone()
-    start.advance_many(PROMPT)
-    law: dict[tuple[int, ...], float] = {}
-
-    def walk(prefix: tuple[int, ...], mass: float, state: ProcessorChain) -> None:
-        if len(prefix) == HORIZON or (prefix and prefix[-1] == STOP):
-            law[prefix] = law.get(prefix, 0.0) + mass
-            return
-        logits = model.model.logits(torch.tensor(PROMPT + prefix))[-1].double()  # [V]
-        probs = state.distribution(logits)  # [V] float64
-        for token in range(V):
-            p = float(probs[token])
-            if p > 0.0:
-                nxt = state.clone()
-                nxt.advance(token)
-                walk((*prefix, token), mass * p, nxt)
-
-    walk((), 1.0, start)
-    return law
+    return exact_sequence_law(model.model.logits, chain, PROMPT, HORIZON, STOP)
 
 
 @pytest.fixture(scope="module")
