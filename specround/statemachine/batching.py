@@ -21,6 +21,7 @@ from specround.statemachine.work import RoundWork
 
 __all__ = [
     "TERMINAL_NAMES",
+    "batch_from_tensors",
     "build_batch",
     "finite_or_none",
     "record_decisions",
@@ -69,6 +70,20 @@ def build_batch(group: Sequence[RoundWork]) -> SamplerBatch:
             if k:
                 q[b, :k] = rnd.q_rows
     draft_ids = [[*r.draft_ids, *[PAD_ID] * (k_max - len(r.draft_ids))] for r in group]
+    draft_t = torch.tensor(draft_ids, dtype=torch.int64, device=device).reshape(n, k_max)  # [B, K]
+    return batch_from_tensors(group, p, q, draft_t)
+
+
+def batch_from_tensors(
+    group: Sequence[RoundWork], p: torch.Tensor, q: torch.Tensor, draft_ids: torch.Tensor
+) -> SamplerBatch:
+    """A :class:`SamplerBatch` over already padded rows: p [B, K+1, V], q [B, K, V], draft ids [B, K].
+
+    Row ``b`` belongs to ``group[b]``; the per-request scalars (budget, seed, RNG counters, draft length)
+    and the stop sets are read from the rounds, the rows are used as they are (no copy).
+    """
+    n, k_max = draft_ids.shape
+    device = p.device
     if any(r.live.has_stop_automaton for r in group):
         stop_rows: list[list[list[int]]] = []
         width = 1
@@ -87,7 +102,7 @@ def build_batch(group: Sequence[RoundWork]) -> SamplerBatch:
         )  # [B, K+1, S]
     else:
         stop_ids = torch.empty((n, 0), dtype=torch.int64, device=device)  # [B, 0]: no stop tokens
-    # remaining, seeds, ACCEPT and TERMINAL counters: one tensor, one op.
+    # remaining, seeds, ACCEPT and TERMINAL counters, draft lengths: one tensor, one op.
     scalars = torch.tensor(
         [
             [
@@ -97,7 +112,7 @@ def build_batch(group: Sequence[RoundWork]) -> SamplerBatch:
             [signed64(r.live.config.seed) for r in group],
             [r.start.state.rng.accept for r in group],
             [r.start.state.rng.terminal for r in group],
-            lens,
+            [len(r.draft_ids) for r in group],
         ],
         dtype=torch.int64,
         device=device,
@@ -106,7 +121,7 @@ def build_batch(group: Sequence[RoundWork]) -> SamplerBatch:
     return SamplerBatch(
         p=p,
         q=q,
-        draft_ids=torch.tensor(draft_ids, dtype=torch.int64, device=device).reshape(n, k_max),  # [B, K]
+        draft_ids=draft_ids,  # [B, K]
         draft_lens=draft_lens,  # [B]
         stop_ids=stop_ids,
         remaining=remaining,

@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -56,10 +57,9 @@ from specround.sampling.processors.chain import ProcessorChain
 from specround.sampling.processors.stop import StopSequences
 from specround.sampling.types import Layout
 from specround.sampling.validation import ValidationMode
+from specround.statemachine.batch_rows import BatchRows, check_batch_rows
 from specround.statemachine.binding import coordinate_digest, round_coordinate, static_coordinate
-from specround.statemachine.events import (
-    RequestOpened,
-)
+from specround.statemachine.events import RequestOpened, RoundTimings
 from specround.statemachine.faults import FaultPlan
 from specround.statemachine.lifecycle import RoundPhase, build_lifecycle_machine
 from specround.statemachine.ports import EventLog
@@ -78,9 +78,10 @@ from specround.statemachine.state import (
     RequestState,
 )
 from specround.statemachine.step import Step, StepFsm, StepSettings, refused_result
+from specround.statemachine.step_result import StepResult
 from specround.statemachine.work import LastRound, LiveRequest, RoundWork
 
-__all__ = ["RoundController", "Step"]
+__all__ = ["RoundController", "Step", "StepResult"]
 
 _SEED_MIN, _SEED_END = -(2**63), 2**64
 
@@ -243,7 +244,9 @@ class RoundController:
             except SpecroundError as error:
                 live = self._live.get(proposal.request_id)
                 generation = live.current.state.generation if live is not None else -1
-                step._results[index] = refused_result(proposal, error, generation)
+                step._results[index] = refused_result(
+                    proposal.request_id, proposal.round_id, error, generation
+                )
         return step
 
     def step(self, inputs: Sequence[RoundInput]) -> list[RoundResult]:
@@ -254,6 +257,72 @@ class RoundController:
             step.decide()
             step.stage()
             return step.publish()
+
+    def step_batch(
+        self,
+        request_ids: Sequence[str],
+        draft_ids: torch.Tensor,
+        draft_lens: torch.Tensor,
+        q: torch.Tensor | None,
+        p: torch.Tensor,
+        *,
+        coordinate_digests: Sequence[str] | None = None,
+        proposal_draws: Sequence[int] | None = None,
+        branches: Sequence[Any] | None = None,
+        verify_rows: Sequence[int | None] | None = None,
+        round_ids: Sequence[str | None] | None = None,
+        timings: Sequence[RoundTimings | None] | None = None,
+    ) -> StepResult:
+        """Run one step from the engine's own tensors; row ``b`` is a round of ``request_ids[b]``.
+
+        ``draft_ids [B, K]`` (integers; entries beyond ``draft_lens[b]`` are ignored), ``draft_lens [B]``,
+        ``q [B, K, V]`` (the processed rows that sampled the drafts; None when K = 0) and ``p [B, K+1, V]``
+        (the target's processed rows) may live on any device; they are read as they are, never sliced per
+        request. ``coordinate_digests[b]`` binds row ``b`` to the round coordinate its drafts were made for
+        (default: the request's current coordinate, for an engine that drafts from the controller's own
+        state). The other keyword sequences are per row as in :class:`RoundInput`.
+
+        A malformed batch (ranks, sizes, dtypes, devices) raises a named
+        :class:`~specround.errors.InputError` before any state moves; a row that is malformed on its own or
+        refused (unknown or finished request, round in flight, stale coordinate) is ``ABORTED`` alone.
+        Returns a :class:`StepResult`: batched tensors plus a lazy per-request view.
+        """
+        rows = check_batch_rows(request_ids, draft_ids, draft_lens, q, p)
+        n = rows.size
+        for name, values in (
+            ("coordinate_digests", coordinate_digests),
+            ("proposal_draws", proposal_draws),
+            ("branches", branches),
+            ("verify_rows", verify_rows),
+            ("round_ids", round_ids),
+            ("timings", timings),
+        ):
+            if values is not None and len(values) != n:
+                raise ShapeMismatchError(f"{name} has {len(values)} entries for {n} rows")
+        fsm = self._fsm_pool.pop() if self._fsm_pool else self._new_fsm()
+        step = Step(self._settings, fsm, n, rows)
+        for b, request_id in enumerate(request_ids):
+            round_id = round_ids[b] if round_ids is not None else None
+            try:
+                step._rounds.append(
+                    self._open_batch_row(
+                        b,
+                        rows,
+                        request_id,
+                        coordinate_digests[b] if coordinate_digests is not None else None,
+                        proposal_draws[b] if proposal_draws is not None else 0,
+                        _BatchRowExtras(round_id, timings[b] if timings is not None else None),
+                    )
+                )
+            except SpecroundError as error:
+                live = self._live.get(request_id) if isinstance(request_id, str) else None
+                generation = live.current.state.generation if live is not None else -1
+                step._results[b] = refused_result(str(request_id), round_id, error, generation)
+        with step:  # aborts if anything raises
+            step.verify_batch(branches, verify_rows)
+            step.decide()
+            step.stage()
+            return StepResult(tuple(str(r) for r in request_ids), rows.width, step.publish())
 
     def run_round(self, item: RoundInput) -> RoundResult:
         """One request's round as a step of one; raises the round's error unless it published or acked."""
@@ -385,29 +454,10 @@ class RoundController:
 
     def _open_round(self, index: int, proposal: RoundProposal | RoundInput) -> RoundWork:
         request_id = proposal.request_id
-        live = self._entry(request_id)
-        if live.in_flight:
-            raise IllegalTransitionError(f"request {request_id!r} already has a round in flight")
         offered = proposal.coordinate_digest
-        retry = False
-        if offered == self._current_coordinate_digest(live):
-            start = live.current
-        elif live.last is not None and offered == live.last.coordinate_digest:
-            start, retry = live.last.start, True  # a retry of the last published round (e.g. after F-6)
-        else:
-            raise StaleCoordinateError(
-                f"request {request_id!r}: the proposal is bound to coordinate {offered[:16]}..., the request "
-                f"is at generation {live.current.state.generation} with coordinate "
-                f"{self._current_coordinate_digest(live)[:16]}..."
-            )
-        state = start.state
-        if state.finished:
-            raise RequestFinishedError(f"request {request_id!r} finished ({state.finish_reason})")
+        live, start, retry = self._bind(request_id, offered)
         vocab = live.config.vocab_size
         draft_ids = _token_tuple(proposal.draft_ids, "draft_ids")
-        for token in draft_ids:
-            if not 0 <= token < vocab:
-                raise DraftIdOutOfVocabError(f"draft id {token} outside [0, {vocab}) for {request_id!r}")
         k = len(draft_ids)
         q_rows = proposal.q_rows
         if q_rows is None:
@@ -419,10 +469,83 @@ class RoundController:
                 f"q rows of {request_id!r} must be float [{k}, {vocab}], "
                 f"got {q_rows.dtype} {tuple(q_rows.shape)}"
             )
-        draws = proposal.proposal_draws
+        return self._opened(
+            index, live, start, retry, offered, draft_ids, q_rows, proposal.proposal_draws, proposal
+        )
+
+    def _open_batch_row(
+        self,
+        b: int,
+        rows: BatchRows,
+        request_id: str,
+        offered: str | None,
+        draws: object,
+        extras: _BatchRowExtras,
+    ) -> RoundWork:
+        """Open row ``b`` of a batch step (no tensor is sliced: the round points at its batch row)."""
+        if offered is None:
+            offered = self._current_coordinate_digest(self._entry(request_id))
+        live, start, retry = self._bind(request_id, offered)
+        vocab = live.config.vocab_size
+        if rows.vocab_size != vocab:
+            raise ShapeMismatchError(
+                f"the batch's rows have V = {rows.vocab_size}; request {request_id!r} has V = {vocab}"
+            )
+        k = rows.lens[b]
+        if not 0 <= k <= rows.width:
+            raise ShapeMismatchError(f"draft_lens[{b}] = {k} is outside [0, {rows.width}]")
+        return self._opened(b, live, start, retry, offered, rows.drafts[b], _NO_ROWS, draws, extras, b)
+
+    def _bind(self, request_id: str, offered: str) -> tuple[LiveRequest, RequestSnapshot, bool]:
+        """The live request, the snapshot a proposal bound to ``offered`` starts from, and whether it retries.
+
+        Refuses an unknown request, one with a round in flight, and a coordinate that is neither the current
+        one nor that of the last published round.
+        """
+        if not isinstance(request_id, str):
+            raise InvalidRequestError(f"request ids must be strings, got {type(request_id).__name__}")
+        live = self._entry(request_id)
+        if live.in_flight:
+            raise IllegalTransitionError(f"request {request_id!r} already has a round in flight")
+        if offered == self._current_coordinate_digest(live):
+            return live, live.current, False
+        if live.last is not None and offered == live.last.coordinate_digest:
+            return live, live.last.start, True  # a retry of the last published round (e.g. after F-6)
+        raise StaleCoordinateError(
+            f"request {request_id!r}: the proposal is bound to coordinate {str(offered)[:16]}..., the "
+            f"request "
+            f"is at generation {live.current.state.generation} with coordinate "
+            f"{self._current_coordinate_digest(live)[:16]}..."
+        )
+
+    def _opened(
+        self,
+        index: int,
+        live: LiveRequest,
+        start: RequestSnapshot,
+        retry: bool,
+        offered: str,
+        draft_ids: tuple[int, ...],
+        q_rows: torch.Tensor,
+        draws: object,
+        extra: RoundProposal | RoundInput | _BatchRowExtras,
+        batch_row: int = -1,
+    ) -> RoundWork:
+        """Open a bound round after its last checks (the request's round is then in flight)."""
+        request_id = live.config.request_id
+        state = start.state
+        if state.finished:
+            raise RequestFinishedError(f"request {request_id!r} finished ({state.finish_reason})")
+        vocab = live.config.vocab_size
+        for token in draft_ids:
+            if not 0 <= token < vocab:
+                raise DraftIdOutOfVocabError(f"draft id {token} outside [0, {vocab}) for {request_id!r}")
         if isinstance(draws, bool) or not isinstance(draws, int) or draws < 0:
             raise InvalidRequestError(f"proposal_draws must be a non-negative integer, got {draws!r}")
-        round_id = proposal.round_id or _derived_round_id(state.generation, offered, draft_ids)
+        round_id = extra.round_id
+        if round_id is not None and (not isinstance(round_id, str) or not round_id):
+            raise InvalidRequestError(f"round_id must be a non-empty string, got {round_id!r}")
+        round_id = round_id or _derived_round_id(state.generation, offered, draft_ids)
         live.in_flight = True
         return RoundWork(
             index=index,
@@ -435,8 +558,21 @@ class RoundController:
             draft_ids=draft_ids,
             q_rows=q_rows,
             proposal_draws=draws,
-            timings=proposal.timings,
+            timings=extra.timings,
+            batch_row=batch_row,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _BatchRowExtras:
+    """The optional per-row fields of a batch step that a :class:`RoundInput` would carry."""
+
+    round_id: str | None
+    timings: RoundTimings | None
+
+
+_NO_ROWS = torch.empty(0, 0)
+"""Placeholder rows of a batch step's round (its rows are read from the batch tensors)."""
 
 
 def _token_tuple(values: Sequence[int] | torch.Tensor, name: str) -> tuple[int, ...]:

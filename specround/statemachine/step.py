@@ -6,10 +6,10 @@ one group-committed publication; each round keeps its own phase, fence and outco
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -27,7 +27,14 @@ from specround.errors import (
 from specround.sampling.exact import decide, decide_from_uniforms
 from specround.sampling.types import Layout, SamplerBatch, SamplerDecision
 from specround.sampling.validation import ValidationMode
-from specround.statemachine.batching import build_batch, record_decisions, rows_digest, signed64
+from specround.statemachine.batch_rows import BatchRows
+from specround.statemachine.batching import (
+    batch_from_tensors,
+    build_batch,
+    record_decisions,
+    rows_digest,
+    signed64,
+)
 from specround.statemachine.events import (
     EVENT_SCHEMA_VERSION,
     RoundPublished,
@@ -42,7 +49,6 @@ from specround.statemachine.records import assemble, record_digest_of
 from specround.statemachine.rounds import (
     KvInstruction,
     RoundInput,
-    RoundProposal,
     RoundResult,
     RoundStatus,
     RoundVerification,
@@ -92,12 +98,12 @@ class StepFsm:
 
 
 def refused_result(
-    proposal: RoundProposal | RoundInput, error: SpecroundError, generation: int
+    request_id: str, round_id: str | None, error: SpecroundError, generation: int
 ) -> RoundResult:
     """The result of a proposal refused before its round opened."""
     return RoundResult(
-        request_id=proposal.request_id,
-        round_id=proposal.round_id,
+        request_id=request_id,
+        round_id=round_id,
         status=RoundStatus.ABORTED,
         phase=RoundPhase.ABORTED,
         generation=generation,
@@ -114,9 +120,13 @@ class Step:
     manager that aborts whatever is unfinished on exit.
     """
 
-    def __init__(self, settings: StepSettings, fsm: StepFsm, size: int) -> None:
-        """Internal: steps are created by :meth:`RoundController.begin_step`."""
+    def __init__(
+        self, settings: StepSettings, fsm: StepFsm, size: int, rows: BatchRows | None = None
+    ) -> None:
+        """Internal: steps are created by :meth:`RoundController.begin_step` and ``step_batch``."""
         self._settings = settings
+        self._rows = rows
+        """The engine's batch tensors when the step was opened from them (rounds then hold no row slices)."""
         self._fsm = fsm
         fsm.step = self
         self._rounds: list[RoundWork] = []
@@ -169,16 +179,43 @@ class Step:
             rnd.phase = next_phase(rnd.phase, Trigger.VERIFY)
         self._fire(Trigger.VERIFY)
 
+    def verify_batch(
+        self, branches: Sequence[Any] | None = None, verify_rows: Sequence[int | None] | None = None
+    ) -> None:
+        """The target side of a step opened from batch tensors: p is already held (-> ``VERIFIED_TEMPORARY``).
+
+        ``branches[b]`` and ``verify_rows[b]`` belong to row ``b`` of the batch; F-1.
+        """
+        self._require(Trigger.VERIFY)
+        if self._rows is None:
+            raise IllegalTransitionError("verify_batch needs a step opened by step_batch; use verify")
+        for rnd in self._live_rounds():
+            b = rnd.batch_row
+            try:
+                rnd.branch = branches[b] if branches is not None else None
+                rnd.verify_rows = _verify_row_count(rnd, verify_rows[b] if verify_rows is not None else None)
+                self._settings.fault(FaultPoint.AFTER_VERIFICATION, rnd)
+            except SpecroundError as error:
+                self._abort_round(rnd, error)
+                continue
+            rnd.phase = next_phase(rnd.phase, Trigger.VERIFY)
+        self._fire(Trigger.VERIFY)
+
     def decide(self) -> None:
         """One batched exact decision for every live round (-> ``DECIDED``); F-2."""
         self._require(Trigger.DECIDE)
         rounds = self._live_rounds()
-        groups: dict[tuple[int, torch.dtype, torch.device], list[RoundWork]] = {}
-        for rnd in rounds:
-            assert rnd.p_rows is not None
-            groups.setdefault((rnd.p_rows.shape[-1], rnd.p_rows.dtype, rnd.p_rows.device), []).append(rnd)
-        for group in groups.values():
-            self._decide_group(group)
+        if self._rows is not None:
+            if rounds:
+                self._decide_group(rounds, self._rows_batch)
+        else:
+            groups: dict[tuple[int, torch.dtype, torch.device], list[RoundWork]] = {}
+            for rnd in rounds:
+                assert rnd.p_rows is not None
+                key = (rnd.p_rows.shape[-1], rnd.p_rows.dtype, rnd.p_rows.device)
+                groups.setdefault(key, []).append(rnd)
+            for group in groups.values():
+                self._decide_group(group, build_batch)
         for rnd in self._live_rounds():
             try:
                 self._settings.fault(FaultPoint.AFTER_DECISION, rnd)
@@ -330,22 +367,42 @@ class Step:
             )
         if not k:
             rnd.q_rows = q_rows.to(dtype=p_rows.dtype, device=p_rows.device)
-        default_rows = k + 1 if rnd.live.config.layout is Layout.REPLAY_FRONTIER else k
-        rows = verification.verify_rows if verification.verify_rows is not None else default_rows
-        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
-            raise InvalidRequestError(f"verify_rows must be a non-negative integer, got {rows!r}")
+        rows = _verify_row_count(rnd, verification.verify_rows)
         rnd.p_rows, rnd.branch, rnd.verify_rows = p_rows, verification.branch, rows
 
-    def _decide_group(self, group: list[RoundWork]) -> None:
+    def _rows_batch(self, group: Sequence[RoundWork]) -> SamplerBatch:
+        """The sampler batch of ``group`` read from the step's batch tensors (a gather only if rows left)."""
+        rows = self._rows
+        assert rows is not None
+        index = [rnd.batch_row for rnd in group]
+        if len(index) == rows.size:  # rounds keep batch order, so every row is live and in place
+            return batch_from_tensors(group, rows.p, rows.q, rows.draft_ids)
+        at = torch.tensor(index, dtype=torch.int64, device=rows.p.device)  # [B_live]
+        return batch_from_tensors(
+            group, rows.p.index_select(0, at), rows.q.index_select(0, at), rows.draft_ids.index_select(0, at)
+        )
+
+    def _round_rows(self, rnd: RoundWork) -> tuple[torch.Tensor, torch.Tensor]:
+        """A round's own q [k, V] and p [k+1, V] rows (views of the batch tensors for a batch step)."""
+        rows = self._rows
+        if rows is None:
+            assert rnd.p_rows is not None
+            return rnd.q_rows, rnd.p_rows
+        k = len(rnd.draft_ids)
+        return rows.q[rnd.batch_row, :k], rows.p[rnd.batch_row, : k + 1]
+
+    def _decide_group(
+        self, group: list[RoundWork], make_batch: Callable[[Sequence[RoundWork]], SamplerBatch]
+    ) -> None:
         """Decide one group of rounds sharing V, dtype and device; isolate bad input to its own round."""
-        batch = build_batch(group)
+        batch = make_batch(group)
         try:
             decision = self._decide_batch(group, batch)
         except InputError:
             survivors: list[RoundWork] = []
             for rnd in group:
                 try:
-                    self._decide_batch([rnd], build_batch([rnd]))
+                    self._decide_batch([rnd], make_batch([rnd]))
                 except InputError as error:
                     self._abort_round(rnd, error)
                     continue
@@ -353,7 +410,7 @@ class Step:
             if not survivors:
                 return
             group = survivors
-            batch = build_batch(group)
+            batch = make_batch(group)
             decision = self._decide_batch(group, batch)
         record_decisions(group, batch, decision)
 
@@ -432,7 +489,8 @@ class Step:
         rnd.commit = assemble(SpeculativeCommit, commit_values)
         q_digest = p_digest = None
         if settings.row_digests:
-            q_digest, p_digest = rows_digest(rnd.q_rows), rows_digest(rnd.p_rows)
+            q_rows, p_rows = self._round_rows(rnd)
+            q_digest, p_digest = rows_digest(q_rows), rows_digest(p_rows)
         rnd.publication = RoundPublication(
             request_id,
             round_id,
@@ -582,3 +640,12 @@ class Step:
             ),
             commit=rnd.commit,
         )
+
+
+def _verify_row_count(rnd: RoundWork, given: int | None) -> int:
+    """Target input rows of a verification: ``given``, or k+1 (replay_frontier) / k (retained_frontier)."""
+    k = len(rnd.draft_ids)
+    rows = given if given is not None else (k + 1 if rnd.live.config.layout is Layout.REPLAY_FRONTIER else k)
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+        raise InvalidRequestError(f"verify_rows must be a non-negative integer, got {rows!r}")
+    return rows

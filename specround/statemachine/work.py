@@ -63,6 +63,8 @@ class RoundWork:
     q_rows: torch.Tensor  # [k, V]
     proposal_draws: int
     timings: RoundTimings | None
+    batch_row: int = -1
+    """Row of the step's batch tensors (``step_batch``); -1 when the round carries its own rows."""
     phase: RoundPhase = RoundPhase.ROUND_READY
     error: SpecroundError | None = None
     p_rows: torch.Tensor | None = None  # [k+1, V]
