@@ -172,8 +172,8 @@ def bench_controller(
         envvar="SPECROUND_BENCH_POSTGRES_URL",
         help="Also time PostgreSQL (in a scratch schema, dropped afterwards).",
     ),
-    batch_sizes: str = typer.Option("1,64", help="Comma-separated batch sizes B."),
-    rounds: int = typer.Option(128, min=1, help="Request-rounds per case and repetition."),
+    batch_sizes: str = typer.Option("1,64,256,1024", help="Comma-separated batch sizes B."),
+    rounds: int = typer.Option(1024, min=1, help="Request-rounds per case and repetition."),
     repeats: int = typer.Option(5, min=1, help="Timed repetitions per case (the median is reported)."),
     warmup: int = typer.Option(1, min=0, help="Untimed repetitions before timing."),
     draft_len: int = typer.Option(4, min=1, help="Draft length K."),
@@ -185,11 +185,17 @@ def bench_controller(
         "--gc-freeze/--no-gc-freeze",
         help="gc.freeze() the start-up heap before timing (as a server would).",
     ),
+    apis: str = typer.Option(
+        "batch", help="Comma-separated step APIs: batch (step_batch on tensors), rounds (per-request step)."
+    ),
 ) -> None:
     """Time the round controller + durable publish per request-round on each log backend, and replay."""
-    from specround.bench.controller import run_controller_bench
+    from specround.bench.controller import API_NAMES, run_controller_bench
 
     sizes = _comma_list(batch_sizes, int, "--batch-sizes", "integers")
+    api_list = _comma_list(apis, str, "--apis", "names")
+    if not api_list or any(a not in API_NAMES for a in api_list):
+        raise typer.BadParameter(f"use names from {', '.join(API_NAMES)}", param_hint="--apis")
     if not sizes or min(sizes) < 1 or rounds < max(sizes):
         raise typer.BadParameter("batch sizes must be >= 1 and <= --rounds", param_hint="--batch-sizes")
     report = run_controller_bench(
@@ -203,6 +209,8 @@ def bench_controller(
         seed=seed,
         threads=threads or None,
         freeze_gc=gc_freeze,
+        apis=api_list,
+        progress=lambda line: typer.echo(f"bench controller: {line}", err=True),
     )
     typer.echo(report.model_dump_json(indent=2))
 

@@ -1,19 +1,25 @@
 """``specround bench controller``: what the round controller and a durable publish cost per request-round.
 
-Each case drives B requests through :meth:`~specround.statemachine.controller.RoundController.step`
-(bind the proposal to the round coordinate, lifecycle, one batched exact decision, staging and validation,
-one group-committed publish) with synthetic rows: K drafts over a small vocabulary, seeded softmax rows,
-drafts sampled from q, no model. Backends: the in-memory log (the controller alone), SQLite in a temporary
-file and, when a URL is given, PostgreSQL (in a temporary schema dropped afterwards). Cases are timed
-interleaved, repetition by repetition after warm-up repetitions, and summarised by medians:
+Each case drives B requests through one step per iteration -- by default
+:meth:`~specround.statemachine.controller.RoundController.step_batch` on the engine's batch tensors (``api``
+``"batch"``), or the per-request :meth:`~specround.statemachine.controller.RoundController.step` with one
+:class:`~specround.statemachine.rounds.RoundInput` per request (``"rounds"``): bind the round to its
+coordinate, lifecycle, one batched exact decision, staging and validation, one group-committed publish --
+with synthetic rows: K drafts over a small vocabulary, seeded softmax rows, drafts sampled from q, no model.
+Backends: the in-memory log (the controller alone), SQLite in a temporary file and, when a URL is given,
+PostgreSQL (in a temporary schema dropped afterwards). Cases are timed interleaved, repetition by
+repetition after warm-up repetitions, and summarised by medians:
 
 ``us_per_round``
-    Wall time per request-round of the whole step, caller's coordinate digest included.
+    Wall time per request-round of the whole step (for ``"rounds"``, the caller's coordinate digests too).
 ``cpu_us_per_round``
     The same in process CPU time (less sensitive to other load on the machine; misses I/O waits).
-``publish_us_per_round``
+``publish_us_per_round`` (also ``durable_us_per_round``)
     Wall time inside :meth:`~specround.statemachine.ports.EventLog.publish` (canonical bytes, hash chain,
-    the fenced transaction); ``controller_us_per_round`` is the rest.
+    the fenced transaction): the durable write; ``controller_us_per_round`` is the rest.
+``critical_us_per_round``
+    What the engine waits for before its next forward can start. The step is synchronous (its tokens and
+    K/V instruction come back once the group commit is durable), so this is the whole step.
 
 Garbage collection: Python's periodic full collections scan every object of the process (here about
 200k, almost all from importing torch, SQLAlchemy and pydantic), and the rounds' allocations decide how often
@@ -35,7 +41,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,14 +52,19 @@ from specround.statemachine.controller import RoundController
 from specround.statemachine.events import RequestOpened
 from specround.statemachine.ports import EventLog, LogHead, PublishOutcome, RoundPublication, StoredEvent
 from specround.statemachine.replay import replay_log
-from specround.statemachine.rounds import RoundInput
+from specround.statemachine.rounds import RoundInput, RoundResult
 
 __all__ = [
+    "API_NAMES",
     "CONTROLLER_TARGET_US",
+    "CRITICAL_TARGET_US",
+    "DURABLE_TARGET_US",
     "REPLAY_TARGET_EVENTS_PER_S",
+    "SINGLE_STEP_TARGET_US",
     "ControllerBenchCase",
     "ControllerBenchReport",
     "ReplayBenchCase",
+    "TargetVerdict",
     "run_controller_bench",
 ]
 
@@ -61,6 +72,14 @@ CONTROLLER_TARGET_US = 50.0
 """Target: at most this many microseconds per request-round at B = 64 on SQLite (controller + publish)."""
 REPLAY_TARGET_EVENTS_PER_S = 100_000.0
 """Target: replay at least this many events per second."""
+CRITICAL_TARGET_US = 5.0
+"""Target: critical-path microseconds per request-round at B = 256 (V = 64)."""
+SINGLE_STEP_TARGET_US = 300.0
+"""Target: microseconds per step at B = 1, sampler included (critical path)."""
+DURABLE_TARGET_US: dict[str, float] = {"sqlite": 10.0, "postgresql": 25.0}
+"""Targets: durable-write microseconds per request-round at B = 256, per SQL backend."""
+API_NAMES = ("batch", "rounds")
+"""The step APIs a case can drive: ``step_batch`` on batch tensors, or ``step`` on per-request inputs."""
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _POOL = 256
@@ -74,11 +93,17 @@ class ControllerBenchCase(BaseModel):
 
     backend: str
     batch_size: int
+    api: str = "batch"
+    """``"batch"`` (``step_batch``) or ``"rounds"`` (``step`` on per-request inputs)."""
     rounds_per_repetition: int
     us_per_round: float
     cpu_us_per_round: float
     publish_us_per_round: float
     controller_us_per_round: float
+    critical_us_per_round: float = 0.0
+    """What the engine waits for before its next forward (the whole synchronous step)."""
+    durable_us_per_round: float = 0.0
+    """The durable write (the group commit) per request-round."""
     over_memory: float
     """``us_per_round`` over the memory log's at the same batch size (the price of durability)."""
     mean_emitted: float
@@ -122,6 +147,19 @@ class ControllerBenchReport(BaseModel):
     """Every SQL backend replays at least ``replay_target_events_per_s``."""
     cases: list[ControllerBenchCase]
     replay: list[ReplayBenchCase]
+    verdicts: list[TargetVerdict] = []
+    """The serving-speed targets this run can judge (batch API), each with its measured value."""
+
+
+class TargetVerdict(BaseModel):
+    """One serving-speed target, what this run measured for it, and whether it holds."""
+
+    model_config = _FROZEN
+
+    target: str
+    measured: float
+    limit: float
+    met: bool
 
 
 class _TimedLog:
@@ -178,6 +216,7 @@ class _Rows:
 class _Case:
     backend: str
     batch_size: int
+    api: str
     log: _TimedLog
     controller: RoundController
     request_ids: list[str]
@@ -193,17 +232,25 @@ class _Case:
         """Run ``steps`` steps; record per-round wall, CPU and publish times when ``record``."""
         publish_before = self.log.publish_s
         wall = cpu = 0.0
+        ctl = self.controller
+        lens = torch.full((self.batch_size,), self.rows.drafts.shape[1], dtype=torch.int64)  # [B]
         for _ in range(steps):
             picks = [(self.cursor + b) % _POOL for b in range(self.batch_size)]
             self.cursor = (self.cursor + self.batch_size) % _POOL
-            rows = [(self.rows.drafts[i], self.rows.q[i], self.rows.p[i]) for i in picks]
-            ctl = self.controller
-            start_wall, start_cpu = time.perf_counter(), time.process_time()
-            inputs = [
-                RoundInput(rid, ctl.coordinate_digest(rid), drafts, q, p)
-                for rid, (drafts, q, p) in zip(self.request_ids, rows, strict=True)
-            ]
-            results = ctl.step(inputs)
+            results: Sequence[RoundResult]
+            if self.api == "batch":  # the engine's batch tensors, gathered before the clock starts
+                at = torch.tensor(picks)
+                drafts_t, q_t, p_t = self.rows.drafts[at], self.rows.q[at], self.rows.p[at]
+                start_wall, start_cpu = time.perf_counter(), time.process_time()
+                results = ctl.step_batch(self.request_ids, drafts_t, lens, q_t, p_t).results()
+            else:
+                rows = [(self.rows.drafts[i], self.rows.q[i], self.rows.p[i]) for i in picks]
+                start_wall, start_cpu = time.perf_counter(), time.process_time()
+                inputs = [
+                    RoundInput(rid, ctl.coordinate_digest(rid), drafts, q, p)
+                    for rid, (drafts, q, p) in zip(self.request_ids, rows, strict=True)
+                ]
+                results = ctl.step(inputs)
             wall += time.perf_counter() - start_wall
             cpu += time.process_time() - start_cpu
             for result in results:
@@ -217,7 +264,9 @@ class _Case:
             self.publish.append((self.log.publish_s - publish_before) / rounds * 1e6)
 
 
-def _open_case(backend: str, location: str | None, batch_size: int, rows: _Rows, run_id: str) -> _Case:
+def _open_case(
+    backend: str, location: str | None, batch_size: int, api: str, rows: _Rows, run_id: str
+) -> _Case:
     inner: EventLog
     if location is None:
         from specround.adapters.memory_log import MemoryEventLog
@@ -230,12 +279,12 @@ def _open_case(backend: str, location: str | None, batch_size: int, rows: _Rows,
     log = _TimedLog(inner)
     controller = RoundController(log)
     vocab = rows.p.shape[-1]
-    request_ids = [f"bench-{run_id}-{backend}-b{batch_size}-{i:04d}" for i in range(batch_size)]
+    request_ids = [f"bench-{run_id}-{backend}-{api}-b{batch_size}-{i:04d}" for i in range(batch_size)]
     for index, request_id in enumerate(request_ids):
         controller.open_request(
             [1, 2, 3], seed=index, max_new_tokens=1 << 30, vocab_size=vocab, request_id=request_id
         )
-    return _Case(backend, batch_size, log, controller, request_ids, rows)
+    return _Case(backend, batch_size, api, log, controller, request_ids, rows)
 
 
 def _replay(backend: str, log: EventLog, repeats: int) -> ReplayBenchCase:
@@ -302,15 +351,20 @@ def run_controller_bench(
     seed: int = 0,
     threads: int | None = 1,
     freeze_gc: bool = False,
+    apis: Sequence[str] = ("batch",),
+    progress: Callable[[str], None] | None = None,
 ) -> ControllerBenchReport:
     """Time the controller on every backend and batch size, interleaved, in this process.
 
     ``threads`` sets torch's intra-op threads for the run (tiny rows: one thread avoids contention);
     None leaves torch's setting alone. ``freeze_gc`` freezes the start-up heap once the cases are open and
-    unfreezes it at the end (a heap the caller froze already is left as it is).
+    unfreezes it at the end (a heap the caller froze already is left as it is). ``apis`` picks the step
+    APIs (:data:`API_NAMES`); ``progress`` receives a line per finished repetition.
     """
     if not batch_sizes or min(batch_sizes) < 1 or repeats < 1 or warmup < 0 or draft_len < 1 or vocab < 2:
         raise ValueError("need batch sizes >= 1, repeats >= 1, warmup >= 0, draft_len >= 1, vocab >= 2")
+    if not apis or any(api not in API_NAMES for api in apis):
+        raise ValueError(f"apis must be taken from {API_NAMES}, got {tuple(apis)}")
     if rounds_per_repetition < max(batch_sizes):
         raise ValueError("rounds_per_repetition must be at least the largest batch size")
     previous_threads = torch.get_num_threads()
@@ -330,18 +384,22 @@ def run_controller_bench(
         else:
             backends.pop()
         for backend, location in backends:
-            for size in batch_sizes:
-                where = location
-                if backend == "sqlite":
-                    where = str(Path(scratch.name) / f"b{size}.sqlite")
-                cases.append(_open_case(backend, where, size, rows, run_id))
+            for api in apis:
+                for size in batch_sizes:
+                    where = location
+                    if backend == "sqlite":
+                        where = str(Path(scratch.name) / f"{api}-b{size}.sqlite")
+                    cases.append(_open_case(backend, where, size, api, rows, run_id))
         if froze_gc:
             gc.collect()
             gc.freeze()
         for repetition in range(warmup + repeats):
             for case in cases:
                 case.run(max(1, rounds_per_repetition // case.batch_size), record=repetition >= warmup)
-        memory = {c.batch_size: statistics.median(c.wall) for c in cases if c.backend == "memory"}
+            if progress is not None:
+                kind = "warm-up" if repetition < warmup else "timed"
+                progress(f"repetition {repetition + 1}/{warmup + repeats} ({kind}) done")
+        memory = {(c.api, c.batch_size): statistics.median(c.wall) for c in cases if c.backend == "memory"}
         results = []
         for case in cases:
             wall = statistics.median(case.wall)
@@ -350,12 +408,15 @@ def run_controller_bench(
                 ControllerBenchCase(
                     backend=case.backend,
                     batch_size=case.batch_size,
+                    api=case.api,
                     rounds_per_repetition=max(1, rounds_per_repetition // case.batch_size) * case.batch_size,
                     us_per_round=wall,
                     cpu_us_per_round=statistics.median(case.cpu),
                     publish_us_per_round=publish,
                     controller_us_per_round=wall - publish,
-                    over_memory=wall / memory[case.batch_size],
+                    critical_us_per_round=wall,
+                    durable_us_per_round=publish,
+                    over_memory=wall / memory[(case.api, case.batch_size)],
                     mean_emitted=case.emitted / max(1, case.rounds),
                 )
             )
@@ -363,9 +424,11 @@ def run_controller_bench(
         replays = [
             _replay(c.backend, c.log.inner, repeats)
             for c in cases
-            if c.backend != "memory" and c.batch_size == largest
+            if c.backend != "memory" and c.batch_size == largest and c.api == apis[0]
         ]
-        sqlite_largest = next(r for r in results if r.backend == "sqlite" and r.batch_size == largest)
+        sqlite_largest = next(
+            r for r in results if r.backend == "sqlite" and r.batch_size == largest and r.api == apis[0]
+        )
         return ControllerBenchReport(
             vocab=vocab,
             draft_len=draft_len,
@@ -382,6 +445,7 @@ def run_controller_bench(
             meets_replay_target=all(r.replay_events_per_s >= REPLAY_TARGET_EVENTS_PER_S for r in replays),
             cases=results,
             replay=replays,
+            verdicts=_verdicts(results, replays),
         )
     finally:
         for case in cases:
@@ -392,3 +456,46 @@ def run_controller_bench(
         torch.set_num_threads(previous_threads)
         if froze_gc:
             gc.unfreeze()
+
+
+_REPLAY_TARGETS: dict[str, float] = {"sqlite": 300_000.0, "postgresql": 150_000.0}
+"""Replay targets in events per second, per SQL backend."""
+
+
+def _verdicts(
+    cases: Sequence[ControllerBenchCase], replays: Sequence[ReplayBenchCase]
+) -> list[TargetVerdict]:
+    """Judge the serving-speed targets that the batch API's cases of this run measured."""
+    by = {(c.backend, c.batch_size): c for c in cases if c.api == "batch"}
+    out: list[TargetVerdict] = []
+
+    def judge(target: str, measured: float, limit: float, at_most: bool = True) -> None:
+        met = measured <= limit if at_most else measured >= limit
+        out.append(TargetVerdict(target=target, measured=measured, limit=limit, met=met))
+
+    for backend in ("memory", "sqlite", "postgresql"):
+        if (case := by.get((backend, 256))) is not None:
+            judge(f"{backend} B=256 critical us/round", case.critical_us_per_round, CRITICAL_TARGET_US)
+            if backend in DURABLE_TARGET_US:
+                judge(
+                    f"{backend} B=256 durable us/round", case.durable_us_per_round, DURABLE_TARGET_US[backend]
+                )
+            if (large := by.get((backend, 1024))) is not None:
+                judge(
+                    f"{backend} B=1024 us/round no higher than B=256",
+                    large.us_per_round,
+                    case.us_per_round,
+                )
+        if (single := by.get((backend, 1))) is not None and backend == "memory":
+            judge(
+                "memory B=1 us/step (sampler included)", single.critical_us_per_round, SINGLE_STEP_TARGET_US
+            )
+    for replay in replays:
+        if replay.backend in _REPLAY_TARGETS:
+            judge(
+                f"{replay.backend} replay events/s",
+                replay.replay_events_per_s,
+                _REPLAY_TARGETS[replay.backend],
+                at_most=False,
+            )
+    return out

@@ -67,7 +67,7 @@ def test_bench_controller_command_prints_json() -> None:
         env={"SPECROUND_BENCH_POSTGRES_URL": None},
     )
     assert result.exit_code == 0, result.output
-    report = ControllerBenchReport.model_validate(json.loads(result.output))
+    report = ControllerBenchReport.model_validate(json.loads(result.stdout))
     assert report.benchmark == "controller"
     assert [c.batch_size for c in report.cases] == [2, 2]
     bad = CliRunner().invoke(app, ["bench", "controller", "--batch-sizes", "x"])
@@ -90,4 +90,32 @@ def test_controller_bench_can_freeze_the_start_up_heap() -> None:
         env={"SPECROUND_BENCH_POSTGRES_URL": None},
     )
     assert result.exit_code == 0, result.output
-    assert ControllerBenchReport.model_validate(json.loads(result.output)).gc_frozen
+    assert ControllerBenchReport.model_validate(json.loads(result.stdout)).gc_frozen
+
+
+def test_controller_bench_runs_both_step_apis_and_judges_its_targets() -> None:
+    report = run_controller_bench(
+        (1, 4), rounds_per_repetition=8, repeats=1, warmup=0, vocab=16, apis=("batch", "rounds")
+    )
+    assert {(c.api, c.batch_size) for c in report.cases if c.backend == "memory"} == {
+        ("batch", 1),
+        ("batch", 4),
+        ("rounds", 1),
+        ("rounds", 4),
+    }
+    for case in report.cases:
+        assert case.critical_us_per_round == case.us_per_round
+        assert case.durable_us_per_round == case.publish_us_per_round
+    # at these sizes only the B = 1 step and the replay targets are measurable
+    assert [v.target for v in report.verdicts] == [
+        "memory B=1 us/step (sampler included)",
+        "sqlite replay events/s",
+    ]
+    single, replay = report.verdicts
+    assert replay.measured == report.replay[0].replay_events_per_s
+    assert replay.met == (replay.measured >= replay.limit)
+    memory_b1 = next(c for c in report.cases if (c.backend, c.api, c.batch_size) == ("memory", "batch", 1))
+    assert single.measured == memory_b1.critical_us_per_round
+    assert single.met == (single.measured <= single.limit)
+    with pytest.raises(ValueError):
+        run_controller_bench((1,), rounds_per_repetition=1, apis=("vectorised",))
