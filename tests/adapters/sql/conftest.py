@@ -1,7 +1,8 @@
 """Fixtures for the SQL event-log tests: a temp SQLite file, and a fresh PostgreSQL schema per test.
 
 PostgreSQL tests read ``SPECROUND_TEST_POSTGRES_URL`` (e.g.
-``postgresql+psycopg://postgres@127.0.0.1:5432/test``). Without it they skip, unless
+``postgresql+psycopg://postgres@127.0.0.1:5432/test``; the session sets it to the local server when that
+answers, see tests/postgres_default.py). Without it they skip, unless
 ``SPECROUND_REQUIRE_POSTGRES=1`` (set by ``.ci/run``), which turns a missing or unreachable server into a
 failure. Each test gets its own schema (selected through libpq's ``options=-csearch_path=...``), dropped
 afterwards, so tests never see each other's rows and can run next to other users of the database.
