@@ -48,7 +48,7 @@ import torch
 
 from specround.errors import InjectedFaultError, InvalidRequestError, SpecroundError
 from specround.sampling.processors.chain import ProcessorChain, sampling_chain
-from specround.sampling.types import Layout
+from specround.sampling.types import PAD_ID, Layout
 from specround.serving.policy import (
     MAX_DRAFT_LENGTH,
     DraftLengthPolicy,
@@ -68,7 +68,7 @@ from specround.statemachine.model_ports import (
     VerifyRequest,
     VerifyResult,
 )
-from specround.statemachine.rounds import RoundProposal, RoundResult, RoundStatus, RoundVerification
+from specround.statemachine.rounds import RoundResult, RoundStatus
 from specround.statemachine.state import RequestState
 from specround.telemetry.observation import RoundObservation, RoundRecorder
 
@@ -446,37 +446,35 @@ class ServingLoop:
         return outcomes
 
     def _publish(self, rounds: Sequence[_Round], timings: Sequence[RoundTimings]) -> list[RoundResult]:
-        proposals = []
-        verifications = []
-        for rnd, timing in zip(rounds, timings, strict=True):
-            rid = rnd.req.request_id
-            assert rnd.verified is not None and rnd.p_rows is not None
-            q_rows = rnd.q_rows if rnd.drafts else None
-            if q_rows is not None and q_rows.dtype != rnd.p_rows.dtype:
-                q_rows = q_rows.to(rnd.p_rows.dtype)
-            proposals.append(
-                RoundProposal(
-                    request_id=rid,
-                    coordinate_digest=rnd.digest,
-                    draft_ids=rnd.drafts,
-                    q_rows=q_rows,
-                    proposal_draws=rnd.proposal.proposal_draws if rnd.proposal is not None else 0,
-                    timings=timing,
-                )
-            )
-            verifications.append(
-                RoundVerification(
-                    request_id=rid,
-                    p_rows=rnd.p_rows,
-                    branch=rnd.verified.branch,
-                    verify_rows=rnd.verified.computed_rows,
-                )
-            )
-        with self.controller.begin_step(proposals) as step:
-            step.verify(verifications)
-            step.decide()
-            step.stage()
-            return step.publish()
+        """One controller step over the batch tensors: drafts, q and p padded to the step's widest draft."""
+        width = max(len(r.drafts) for r in rounds)
+        first = rounds[0].p_rows
+        assert first is not None
+        n, vocab = len(rounds), first.shape[-1]
+        p = first.new_zeros((n, width + 1, vocab))  # [B, K+1, V]
+        q = first.new_zeros((n, width, vocab))  # [B, K, V]
+        draft_ids = torch.full((n, width), PAD_ID, dtype=torch.int64)  # [B, K]
+        for b, rnd in enumerate(rounds):
+            assert rnd.p_rows is not None
+            k = len(rnd.drafts)
+            p[b, : k + 1] = rnd.p_rows
+            if k:
+                assert rnd.q_rows is not None
+                q[b, :k] = rnd.q_rows
+                draft_ids[b, :k] = torch.tensor(rnd.drafts, dtype=torch.int64)
+        verified = [r.verified for r in rounds]
+        return self.controller.step_batch(
+            [r.req.request_id for r in rounds],
+            draft_ids,
+            torch.tensor([len(r.drafts) for r in rounds], dtype=torch.int64),
+            q,
+            p,
+            coordinate_digests=[r.digest for r in rounds],
+            proposal_draws=[r.proposal.proposal_draws if r.proposal is not None else 0 for r in rounds],
+            branches=[v.branch if v is not None else None for v in verified],
+            verify_rows=[v.computed_rows if v is not None else None for v in verified],
+            timings=timings,
+        ).results()
 
     def _settle(self, rnd: _Round, result: RoundResult, timing: RoundTimings) -> RoundOutcome | None:
         """Execute one round's K/V instruction and bookkeeping; returns its outcome when it published."""
