@@ -81,6 +81,7 @@ _EXPORTS: dict[str, str] = {
     "SpeculativeCommit": "specround.statemachine.state",
     "RoundController": "specround.statemachine.controller",
     "Step": "specround.statemachine.controller",
+    "StepResult": "specround.statemachine.step_result",
     "RoundInput": "specround.statemachine.rounds",
     "RoundProposal": "specround.statemachine.rounds",
     "RoundVerification": "specround.statemachine.rounds",
@@ -134,6 +135,7 @@ __all__ = [
     "StaleCoordinateError",
     "StaleGenerationError",
     "Step",
+    "StepResult",
     "Stream",
     "TargetModel",
     "TerminalKind",
@@ -190,6 +192,7 @@ if TYPE_CHECKING:
         RoundVerification,
     )
     from specround.statemachine.state import RequestConfig, RequestState, SpeculativeCommit
+    from specround.statemachine.step_result import StepResult
 
 
 def __getattr__(name: str) -> Any:
