@@ -84,6 +84,8 @@ from specround.statemachine.work import LastRound, LiveRequest, RoundWork
 __all__ = ["RoundController", "Step", "StepResult"]
 
 _SEED_MIN, _SEED_END = -(2**63), 2**64
+_COUNTER_END = 2**63
+"""RNG counters are int64: a round never moves one past this."""
 
 
 class RoundController:
@@ -540,8 +542,15 @@ class RoundController:
         for token in draft_ids:
             if not 0 <= token < vocab:
                 raise DraftIdOutOfVocabError(f"draft id {token} outside [0, {vocab}) for {request_id!r}")
-        if isinstance(draws, bool) or not isinstance(draws, int) or draws < 0:
-            raise InvalidRequestError(f"proposal_draws must be a non-negative integer, got {draws!r}")
+        if (
+            isinstance(draws, bool)
+            or not isinstance(draws, int)
+            or not 0 <= draws < _COUNTER_END - state.rng.proposal
+        ):
+            raise InvalidRequestError(
+                f"proposal_draws must be an integer in [0, 2**63 - {state.rng.proposal}) (the PROPOSAL "
+                f"counter is int64), got {draws!r}"
+            )
         round_id = extra.round_id
         if round_id is not None and (not isinstance(round_id, str) or not round_id):
             raise InvalidRequestError(f"round_id must be a non-empty string, got {round_id!r}")

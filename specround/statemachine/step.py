@@ -646,6 +646,6 @@ def _verify_row_count(rnd: RoundWork, given: int | None) -> int:
     """Target input rows of a verification: ``given``, or k+1 (replay_frontier) / k (retained_frontier)."""
     k = len(rnd.draft_ids)
     rows = given if given is not None else (k + 1 if rnd.live.config.layout is Layout.REPLAY_FRONTIER else k)
-    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
-        raise InvalidRequestError(f"verify_rows must be a non-negative integer, got {rows!r}")
+    if isinstance(rows, bool) or not isinstance(rows, int) or not 0 <= rows < 2**63:
+        raise InvalidRequestError(f"verify_rows must be an integer in [0, 2**63), got {rows!r}")
     return rows
