@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +69,7 @@ from specround.statemachine.rounds import (
     RoundInput,
     RoundProposal,
     RoundResult,
+    RoundStatus,
 )
 from specround.statemachine.staging import (
     RequestSnapshot,
@@ -78,12 +80,15 @@ from specround.statemachine.state import (
     RequestState,
 )
 from specround.statemachine.step import Step, StepFsm, StepSettings, refused_result
-from specround.statemachine.step_result import StepResult
+from specround.statemachine.step_result import PendingStep, StepResult
 from specround.statemachine.work import LastRound, LiveRequest, RoundWork
+from specround.statemachine.writer import PublicationWriter
 
-__all__ = ["RoundController", "Step", "StepResult"]
+__all__ = ["MAX_PENDING_STEPS", "PendingStep", "RoundController", "Step", "StepResult"]
 
 _SEED_MIN, _SEED_END = -(2**63), 2**64
+MAX_PENDING_STEPS = 2
+"""Submitted steps whose durable writes may be outstanding at once (the engine's pipeline depth)."""
 _COUNTER_END = 2**63
 """RNG counters are int64: a round never moves one past this."""
 
@@ -117,6 +122,9 @@ class RoundController:
         self._settings = StepSettings(
             log=log, faults=faults, validate=validate, row_digests=row_digests, release=self._release_fsm
         )
+        self._writer = PublicationWriter(log)
+        self._submitted: deque[tuple[Step, PendingStep]] = deque()
+        """Submitted steps whose durable writes have not been settled, oldest first."""
 
     # --- requests ---------------------------------------------------------------------------------------
 
@@ -171,7 +179,9 @@ class RoundController:
         )
         request_id = config.request_id
         live = self._live.get(request_id)
-        if live is None and self._log.head(request_id) is not None:
+        with self._writer.exclusive() as log:
+            known = live is None and log.head(request_id) is not None
+        if known:
             live = self._load(request_id)  # known to the log: continue from its published state
         if live is not None:
             if live.config != config:
@@ -181,7 +191,8 @@ class RoundController:
             return live.current.state
         snapshot = open_snapshot(config)
         event = RequestOpened(request_id=request_id, config=config, initial_state_digest=snapshot.digest)
-        self._log.open_request(event, snapshot.digest)
+        with self._writer.exclusive() as log:
+            log.open_request(event, snapshot.digest)
         self._live[request_id] = self._make_live(config, snapshot)
         return snapshot.state
 
@@ -214,6 +225,7 @@ class RoundController:
 
     def refresh(self, request_id: str) -> RequestState:
         """Drop the in-memory projection of a request and rebuild it from the log (after losing a race)."""
+        self.drain()
         if self._live.get(request_id) is not None and self._live[request_id].in_flight:
             raise IllegalTransitionError(f"request {request_id!r} has a round in flight")
         self._live.pop(request_id, None)
@@ -221,7 +233,9 @@ class RoundController:
 
     def load_all(self) -> dict[str, RequestState]:
         """Rebuild every request of the log that is not live yet; returns every live state."""
-        for request_id in self._log.request_ids():
+        with self._writer.exclusive() as log:
+            request_ids = log.request_ids()
+        for request_id in request_ids:
             self._entry(request_id)
         return {request_id: live.current.state for request_id, live in self._live.items()}
 
@@ -238,6 +252,7 @@ class RoundController:
 
     def _begin_step(self, proposals: Sequence[RoundProposal | RoundInput]) -> Step:
         """:meth:`begin_step` for proposals or whole round inputs (which carry the same fields)."""
+        self.drain()  # a synchronous commit comes after every submitted one
         fsm = self._fsm_pool.pop() if self._fsm_pool else self._new_fsm()
         step = Step(self._settings, fsm, len(proposals))
         for index, proposal in enumerate(proposals):
@@ -289,15 +304,135 @@ class RoundController:
         refused (unknown or finished request, round in flight, stale coordinate) is ``ABORTED`` alone.
         Returns a :class:`StepResult`: batched tensors plus a lazy per-request view.
         """
+        self.drain()  # a synchronous commit comes after every submitted one
+        step, ids = self._open_batch(
+            request_ids,
+            draft_ids,
+            draft_lens,
+            q,
+            p,
+            coordinate_digests,
+            proposal_draws,
+            round_ids,
+            timings,
+            branches,
+            verify_rows,
+        )
+        with step:  # aborts if anything raises
+            step.verify_batch(branches, verify_rows)
+            step.decide()
+            step.stage()
+            return StepResult(ids, step.width, step.publish())
+
+    def submit_batch(
+        self,
+        request_ids: Sequence[str],
+        draft_ids: torch.Tensor,
+        draft_lens: torch.Tensor,
+        q: torch.Tensor | None,
+        p: torch.Tensor,
+        *,
+        coordinate_digests: Sequence[str] | None = None,
+        proposal_draws: Sequence[int] | None = None,
+        branches: Sequence[Any] | None = None,
+        verify_rows: Sequence[int | None] | None = None,
+        round_ids: Sequence[str | None] | None = None,
+        timings: Sequence[RoundTimings | None] | None = None,
+    ) -> PendingStep:
+        """:meth:`step_batch` with the durable write pipelined off the engine's critical path.
+
+        Returns as soon as the sampler has decided and every staged successor validated: the
+        :class:`PendingStep` holds each row's decision and K/V instruction (emitted ids, ``keep``, new
+        frontier) for the engine's next forward, while the group commit runs on the controller's writer
+        thread. Each request moves on to its staged successor at once, so its next round can be submitted
+        before this one is durable (coordinates, :meth:`state` and :meth:`processors` answer for the staged
+        successor). :meth:`PendingStep.wait` returns the durable :class:`StepResult`; release tokens to
+        the caller only then. A write that fails or loses the fence aborts its rounds and every later round
+        built on them: their requests roll back to their last durable state, and ``rollback_to`` tells the
+        engine where to crop each such request's K/V. At most :data:`MAX_PENDING_STEPS` steps are
+        outstanding; a further submit first waits for the oldest.
+        """
+        self._settle_done()
+        while len(self._submitted) >= MAX_PENDING_STEPS:
+            self._settle_oldest()
+        step, ids = self._open_batch(
+            request_ids,
+            draft_ids,
+            draft_lens,
+            q,
+            p,
+            coordinate_digests,
+            proposal_draws,
+            round_ids,
+            timings,
+            branches,
+            verify_rows,
+        )
+        try:
+            step.verify_batch(branches, verify_rows)
+            step.decide()
+            step.stage()
+            pending = PendingStep(self, ids, step.width, step.decisions())
+            submitted = step.submit(self._writer.submit)
+        except BaseException:
+            step.abort("the step failed before its write was handed over")
+            raise
+        if submitted:  # the step stays open until its write is settled
+            self._submitted.append((step, pending))
+        else:
+            pending._finish(step.results(), [-1] * len(ids))
+        return pending
+
+    def drain(self) -> None:
+        """Wait for every submitted step's durable write and settle it (oldest first)."""
+        while self._submitted:
+            self._settle_oldest()
+
+    def close(self) -> None:
+        """:meth:`drain`, then stop the writer thread (the log stays open; close it yourself)."""
+        self.drain()
+        self._writer.close()
+
+    def _settle_done(self) -> None:
+        """Settle the submitted steps whose writes have finished, oldest first, without blocking."""
+        while self._submitted and self._submitted[0][0].write_done:
+            self._settle_oldest()
+
+    def _settle_oldest(self) -> None:
+        step, pending = self._submitted.popleft()
+        results = step.settle_submitted()
+        rollback = [
+            len(self._live[r.request_id].current.state.cache)
+            if r.status is RoundStatus.ABORTED and submitted and r.request_id in self._live
+            else -1
+            for r, submitted in zip(results, pending.submitted, strict=True)
+        ]
+        pending._finish(results, rollback)
+
+    def _open_batch(
+        self,
+        request_ids: Sequence[str],
+        draft_ids: torch.Tensor,
+        draft_lens: torch.Tensor,
+        q: torch.Tensor | None,
+        p: torch.Tensor,
+        coordinate_digests: Sequence[str] | None,
+        proposal_draws: Sequence[int] | None,
+        round_ids: Sequence[str | None] | None,
+        timings: Sequence[RoundTimings | None] | None,
+        branches: Sequence[Any] | None,
+        verify_rows: Sequence[int | None] | None,
+    ) -> tuple[Step, tuple[str, ...]]:
+        """Check a batch and open its rows (a refused row becomes its ``ABORTED`` result)."""
         rows = check_batch_rows(request_ids, draft_ids, draft_lens, q, p)
         n = rows.size
         for name, values in (
             ("coordinate_digests", coordinate_digests),
             ("proposal_draws", proposal_draws),
-            ("branches", branches),
-            ("verify_rows", verify_rows),
             ("round_ids", round_ids),
             ("timings", timings),
+            ("branches", branches),
+            ("verify_rows", verify_rows),
         ):
             if values is not None and len(values) != n:
                 raise ShapeMismatchError(f"{name} has {len(values)} entries for {n} rows")
@@ -320,11 +455,7 @@ class RoundController:
                 live = self._live.get(request_id) if isinstance(request_id, str) else None
                 generation = live.current.state.generation if live is not None else -1
                 step._results[b] = refused_result(str(request_id), round_id, error, generation)
-        with step:  # aborts if anything raises
-            step.verify_batch(branches, verify_rows)
-            step.decide()
-            step.stage()
-            return StepResult(tuple(str(r) for r in request_ids), rows.width, step.publish())
+        return step, tuple(str(r) for r in request_ids)
 
     def run_round(self, item: RoundInput) -> RoundResult:
         """One request's round as a step of one; raises the round's error unless it published or acked."""
@@ -417,10 +548,12 @@ class RoundController:
 
     def _load(self, request_id: str) -> LiveRequest:
         """Rebuild a request's live projection from its events and check it against the log's head."""
-        head = self._log.head(request_id)
+        with self._writer.exclusive() as log:
+            head = log.head(request_id)
+            events = list(log.events(request_id))
         if head is None:
             raise InvalidRequestError(f"unknown request {request_id!r}")
-        replayed = replay_request(self._log.events(request_id))
+        replayed = replay_request(iter(events))
         if (
             replayed.snapshot.digest != head.state_digest
             or replayed.snapshot.state.generation != head.generation
@@ -569,6 +702,7 @@ class RoundController:
             proposal_draws=draws,
             timings=extra.timings,
             batch_row=batch_row,
+            epoch=live.epoch,
         )
 
 

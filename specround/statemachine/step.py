@@ -7,6 +7,7 @@ one group-committed publication; each round keeps its own phase, fence and outco
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,7 @@ from specround.statemachine.rounds import (
 )
 from specround.statemachine.staging import stage_kv, stage_successor
 from specround.statemachine.state import RngCounters, SpeculativeCommit
+from specround.statemachine.step_result import RowDecision
 from specround.statemachine.uniform_cache import batch_uniforms
 from specround.statemachine.work import LastRound, RoundWork
 
@@ -133,6 +135,8 @@ class Step:
         self._results: list[RoundResult | None] = [None] * size
         """Results in proposal order: refused proposals at once, the other rounds when the step closes."""
         self._outcomes: list[PublishOutcome] | None = None
+        self._pending: Future[list[PublishOutcome]] | None = None
+        """The durable write of a submitted (pipelined) step, running on the controller's writer."""
         self._closed = False
         self._final_phase = RoundPhase.ROUND_READY
 
@@ -140,6 +144,35 @@ class Step:
     def phase(self) -> RoundPhase:
         """The step's lifecycle phase (rounds that failed on their own are ``ABORTED`` regardless)."""
         return self._fsm.state if not self._closed else self._final_phase
+
+    @property
+    def width(self) -> int:
+        """K, the widest draft the step's batch can hold (for padding its results)."""
+        if self._rows is not None:
+            return self._rows.width
+        return max((len(r.draft_ids) for r in self._rounds), default=0)
+
+    @property
+    def write_done(self) -> bool:
+        """Whether a submitted step's durable write has finished (successfully or not)."""
+        return self._pending is not None and self._pending.done()
+
+    def decisions(self) -> list[RowDecision | None]:
+        """Each row's staged decision in proposal order (None for a row that did not reach staging)."""
+        out: list[RowDecision | None] = [None] * len(self._results)
+        for rnd in self._live_rounds():
+            decided, kv, successor = rnd.decided, rnd.kv, rnd.successor
+            if decided is None or kv is None or successor is None:
+                continue
+            out[rnd.index] = RowDecision(
+                emitted_ids=decided.emitted_ids,
+                accepted=decided.accepted,
+                terminal=decided.terminal,
+                finished=decided.finished,
+                keep=kv.keep,
+                new_frontier=successor.state.frontier,
+            )
+        return out
 
     @property
     def request_ids(self) -> list[str]:
@@ -244,6 +277,46 @@ class Step:
         the log's contract is that a failed transaction appended nothing.
         """
         self._require(Trigger.PUBLISH)
+        if not self._before_publication():
+            return self._close(RoundPhase.ABORTED)
+        return self._commit_and_settle()
+
+    def submit(self, write: Callable[[list[RoundPublication]], Future[list[PublishOutcome]]]) -> bool:
+        """F-5, then hand the group commit to ``write`` (the controller's writer) without waiting for it.
+
+        Each live round's request moves on to its staged successor at once (so that its next round can be
+        opened while this write runs), remembering its last durable snapshot; :meth:`settle_submitted`
+        waits for the write and settles the rounds (a failed write rolls the requests back). Returns False
+        when no round was left to publish (the step is then closed).
+        """
+        self._require(Trigger.PUBLISH)
+        if not self._before_publication():
+            self._close(RoundPhase.ABORTED)
+            return False
+        publications = []
+        for rnd in self._live_rounds():
+            assert rnd.publication is not None and rnd.successor is not None
+            publications.append(rnd.publication)
+            live = rnd.live
+            if live.pending == 0:
+                live.durable, live.durable_last = live.current, live.last
+            live.pending += 1
+            rnd.pipelined = True
+            live.last = LastRound(rnd.start, rnd.coordinate_digest, rnd.round_id)
+            live.current = rnd.successor
+            live.coordinate_digest = None
+            live.in_flight = False
+        self._pending = write(publications)
+        return True
+
+    def settle_submitted(self) -> list[RoundResult]:
+        """Wait for a submitted step's durable write and settle its rounds (F-6 included); returns results."""
+        if self._pending is None:
+            raise IllegalTransitionError("the step was not submitted")
+        return self._commit_and_settle()
+
+    def _before_publication(self) -> bool:
+        """F-5 for every live round; False (after the ABORT trigger) when none is left."""
         for rnd in self._live_rounds():
             try:
                 self._settings.fault(FaultPoint.BEFORE_PUBLICATION, rnd)
@@ -251,7 +324,11 @@ class Step:
                 self._abort_round(rnd, error)
         if not self._live_rounds():
             self._fire(Trigger.ABORT)
-            return self._close(RoundPhase.ABORTED)
+            return False
+        return True
+
+    def _commit_and_settle(self) -> list[RoundResult]:
+        """Fire ``publish`` (the durable group commit in its ``before`` callback) and settle each round."""
         try:
             self._fire(Trigger.PUBLISH)
         except Exception as exc:  # the durable append failed: by the log's contract nothing was appended
@@ -272,6 +349,8 @@ class Step:
         """Abort every round that is not finished yet (nothing is published); returns the results."""
         if self._closed:
             return self.results()
+        if self._pending is not None:  # the write is out of our hands: its outcome decides
+            return self.settle_submitted()
         error = reason if isinstance(reason, SpecroundError) else IllegalTransitionError(str(reason))
         for rnd in self._live_rounds():
             if rnd.phase is RoundPhase.PUBLISHED:  # already durable: only the acknowledgement is lost
@@ -317,8 +396,17 @@ class Step:
     def _abort_round(self, rnd: RoundWork, error: SpecroundError) -> None:
         rnd.phase = next_phase(rnd.phase, Trigger.ABORT)
         rnd.error = error
-        rnd.live.in_flight = False
-        state = rnd.live.current.state
+        live = rnd.live
+        live.in_flight = False
+        if rnd.pipelined:  # its request moved on to the successor this round will never publish
+            _settled_pipelined(rnd)
+            if rnd.epoch == live.epoch:
+                assert live.durable is not None
+                live.current, live.last, live.coordinate_digest = live.durable, live.durable_last, None
+                live.epoch += 1
+            if live.pending == 0:
+                live.durable = live.durable_last = None
+        state = live.current.state
         rnd.result = RoundResult(
             request_id=rnd.request_id,
             round_id=rnd.round_id,
@@ -558,7 +646,13 @@ class Step:
         )
 
     def _write_publication(self) -> None:
-        """The group commit (called by the machine's ``before`` callback of ``publish``)."""
+        """The group commit (called by the machine's ``before`` callback of ``publish``).
+
+        For a submitted step, waiting for the writer's result (its exception, if the write failed).
+        """
+        if self._pending is not None:
+            self._outcomes = self._pending.result()
+            return
         publications = []
         for rnd in self._live_rounds():
             assert rnd.publication is not None
@@ -588,6 +682,13 @@ class Step:
         assert successor is not None
         rnd.phase = next_phase(rnd.phase, Trigger.PUBLISH)
         live.in_flight = False
+        if rnd.pipelined:  # durable now: the request's durable snapshot catches up with it
+            _settled_pipelined(rnd)
+            if live.pending == 0:
+                live.durable = live.durable_last = None
+            else:
+                live.durable = successor
+                live.durable_last = LastRound(rnd.start, rnd.coordinate_digest, rnd.round_id)
         if successor.state.generation > live.current.state.generation:  # published now or before
             live.last = LastRound(rnd.start, rnd.coordinate_digest, rnd.round_id)
             live.current = successor
@@ -649,3 +750,9 @@ def _verify_row_count(rnd: RoundWork, given: int | None) -> int:
     if isinstance(rows, bool) or not isinstance(rows, int) or not 0 <= rows < 2**63:
         raise InvalidRequestError(f"verify_rows must be an integer in [0, 2**63), got {rows!r}")
     return rows
+
+
+def _settled_pipelined(rnd: RoundWork) -> None:
+    """Count a submitted round as settled (once)."""
+    rnd.pipelined = False
+    rnd.live.pending -= 1

@@ -15,14 +15,20 @@ emitted tokens, ``keep`` 0 and ``terminal`` -1; their result record carries the 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import torch
 
 from specround.sampling.types import PAD_ID, TerminalKind
 from specround.statemachine.rounds import RoundResult, RoundStatus
+from specround.statemachine.state import TerminalName
 
-__all__ = ["TERMINAL_CODES", "StepResult"]
+if TYPE_CHECKING:
+    from specround.statemachine.controller import RoundController
+
+__all__ = ["TERMINAL_CODES", "PendingStep", "RowDecision", "StepResult"]
 
 TERMINAL_CODES: dict[str, int] = {
     "correction": int(TerminalKind.CORRECTION),
@@ -37,12 +43,23 @@ _DELIVERED = (RoundStatus.PUBLISHED, RoundStatus.ACKNOWLEDGED)
 class StepResult:
     """The outcome of one batch step: per-row tensors (host, int64/bool) and the per-request records."""
 
-    def __init__(self, request_ids: tuple[str, ...], width: int, results: Sequence[RoundResult]) -> None:
-        """Internal: built by ``step_batch`` from the step's results in row order."""
+    def __init__(
+        self,
+        request_ids: tuple[str, ...],
+        width: int,
+        results: Sequence[RoundResult],
+        rollback_to: Sequence[int] | None = None,
+    ) -> None:
+        """Internal: built by ``step_batch`` (or a pending step) from the step's results in row order."""
         self.request_ids = request_ids
         """Row b's request id."""
         self._width = width
         self._results = tuple(results)
+        self.rollback_to = torch.tensor(
+            list(rollback_to) if rollback_to is not None else [-1] * len(self._results), dtype=torch.int64
+        )
+        """[B] int64: for a pipelined row that did not become durable after the engine acted on its
+        decision, the cache length to crop the request's K/V back to (its last durable state); else -1."""
 
     def __len__(self) -> int:
         return len(self._results)
@@ -117,3 +134,109 @@ class StepResult:
     def finished(self) -> torch.Tensor:
         """[B] bool: the row's request finished with this round."""
         return torch.tensor([r.finished and r.status in _DELIVERED for r in self._results], dtype=torch.bool)
+
+
+@dataclass(frozen=True, slots=True)
+class RowDecision:
+    """One row's staged decision, before its round is durable."""
+
+    emitted_ids: tuple[int, ...]
+    accepted: int
+    terminal: TerminalName
+    finished: bool
+    keep: int
+    new_frontier: int | None
+
+
+class PendingStep:
+    """A submitted step: each row's decision now, its durable outcome from :meth:`wait`.
+
+    The decision tensors say what the engine needs for its next forward (the same fields as
+    :class:`StepResult`, for the rows that reached staging). They are not yet durable: stream or return
+    tokens only from :meth:`wait`'s result.
+    """
+
+    def __init__(
+        self,
+        controller: RoundController,
+        request_ids: tuple[str, ...],
+        width: int,
+        decisions: Sequence[RowDecision | None],
+    ) -> None:
+        """Internal: built by ``submit_batch``."""
+        self.request_ids = request_ids
+        """Row b's request id."""
+        self._controller = controller
+        self._width = width
+        self._decisions = tuple(decisions)
+        self._result: StepResult | None = None
+
+    @property
+    def submitted(self) -> list[bool]:
+        """Per row: whether its round reached staging and was handed to the writer."""
+        return [d is not None for d in self._decisions]
+
+    @property
+    def done(self) -> bool:
+        """Whether the durable outcome is settled (:meth:`wait` returns at once)."""
+        return self._result is not None
+
+    def wait(self) -> StepResult:
+        """Wait for this step's durable write (and every earlier one) and return the durable outcome."""
+        while self._result is None:
+            self._controller._settle_oldest()
+        return self._result
+
+    def _finish(self, results: Sequence[RoundResult], rollback_to: Sequence[int]) -> None:
+        self._result = StepResult(self.request_ids, self._width, results, rollback_to)
+
+    @cached_property
+    def _columns(self) -> torch.Tensor:
+        """[5, B] int64: emitted, accepted, terminal code, keep, new frontier (staged decisions)."""
+        rows = [
+            (
+                len(d.emitted_ids),
+                d.accepted,
+                TERMINAL_CODES[d.terminal],
+                d.keep,
+                d.new_frontier if d.new_frontier is not None else PAD_ID,
+            )
+            if d is not None
+            else (0, 0, -1, 0, PAD_ID)
+            for d in self._decisions
+        ]
+        return torch.tensor(rows, dtype=torch.int64).reshape(len(rows), 5).T
+
+    @cached_property
+    def emitted_ids(self) -> torch.Tensor:
+        """[B, K+1] int64 staged emitted tokens, ``PAD_ID`` padded (empty for rows not submitted)."""
+        width = self._width + 1
+        rows = [d.emitted_ids if d is not None else () for d in self._decisions]
+        return torch.tensor([[*r, *[PAD_ID] * (width - len(r))] for r in rows], dtype=torch.int64).reshape(
+            len(rows), width
+        )
+
+    @property
+    def keep(self) -> torch.Tensor:
+        """[B] int64 branch K/V rows to commit for the next forward (0 for rows not submitted)."""
+        return self._columns[3]
+
+    @property
+    def new_frontier(self) -> torch.Tensor:
+        """[B] int64 the staged frontier token, ``PAD_ID`` for rows not submitted."""
+        return self._columns[4]
+
+    @property
+    def accepted(self) -> torch.Tensor:
+        """[B] int64 accepted drafts of each staged row."""
+        return self._columns[1]
+
+    @property
+    def terminal(self) -> torch.Tensor:
+        """[B] int64 terminal kind codes, -1 for rows not submitted."""
+        return self._columns[2]
+
+    @cached_property
+    def finished(self) -> torch.Tensor:
+        """[B] bool: the staged round finishes its request."""
+        return torch.tensor([d is not None and d.finished for d in self._decisions], dtype=torch.bool)

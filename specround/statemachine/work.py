@@ -44,6 +44,14 @@ class LiveRequest:
     coordinate_digest: str | None = None
     """Cached digest of ``current``'s coordinate (reset whenever ``current`` changes)."""
     in_flight: bool = False
+    durable: RequestSnapshot | None = None
+    """While pipelined writes are pending: the last durable snapshot (``current`` is staged ahead of it)."""
+    durable_last: LastRound | None = None
+    """``last`` as of ``durable``."""
+    pending: int = 0
+    """Pipelined rounds of this request submitted to the writer and not settled yet."""
+    epoch: int = 0
+    """Bumped whenever a failed pipelined write rolls ``current`` back to ``durable``."""
     uniforms: UniformWindow | None = None
     """Precomputed ACCEPT/TERMINAL uniforms of this request (:mod:`.uniform_cache`)."""
 
@@ -65,6 +73,10 @@ class RoundWork:
     timings: RoundTimings | None
     batch_row: int = -1
     """Row of the step's batch tensors (``step_batch``); -1 when the round carries its own rows."""
+    pipelined: bool = False
+    """Submitted to the writer ahead of its durable write (the request's ``current`` already moved on)."""
+    epoch: int = 0
+    """The request's epoch when the round was opened (the state it was built on)."""
     phase: RoundPhase = RoundPhase.ROUND_READY
     error: SpecroundError | None = None
     p_rows: torch.Tensor | None = None  # [k+1, V]
