@@ -186,7 +186,11 @@ def bench_controller(
         help="gc.freeze() the start-up heap before timing (as a server would).",
     ),
     apis: str = typer.Option(
-        "batch", help="Comma-separated step APIs: batch (step_batch on tensors), rounds (per-request step)."
+        "batch,pipelined",
+        help="Comma-separated step APIs: batch (step_batch), pipelined (submit_batch), rounds (step).",
+    ),
+    forward_ms: float = typer.Option(
+        5.0, min=0.0, help="Simulated forward between pipelined steps, in ms (the write hides behind it)."
     ),
 ) -> None:
     """Time the round controller + durable publish per request-round on each log backend, and replay."""
@@ -210,6 +214,7 @@ def bench_controller(
         threads=threads or None,
         freeze_gc=gc_freeze,
         apis=api_list,
+        forward_ms=forward_ms,
         progress=lambda line: typer.echo(f"bench controller: {line}", err=True),
     )
     typer.echo(report.model_dump_json(indent=2))

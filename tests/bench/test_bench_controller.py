@@ -63,13 +63,28 @@ def test_controller_bench_on_postgres() -> None:
 def test_bench_controller_command_prints_json() -> None:
     result = CliRunner().invoke(
         app,
-        ["bench", "controller", "--batch-sizes", "2", "--rounds", "2", "--repeats", "1", "--warmup", "0"],
+        [
+            "bench",
+            "controller",
+            "--batch-sizes",
+            "2",
+            "--rounds",
+            "2",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--forward-ms",
+            "0",
+        ],
         env={"SPECROUND_BENCH_POSTGRES_URL": None},
     )
     assert result.exit_code == 0, result.output
     report = ControllerBenchReport.model_validate(json.loads(result.stdout))
     assert report.benchmark == "controller"
-    assert [c.batch_size for c in report.cases] == [2, 2]
+    assert [(c.backend, c.api, c.batch_size) for c in report.cases] == [
+        (backend, api, 2) for backend in ("memory", "sqlite") for api in ("batch", "pipelined")
+    ]
     bad = CliRunner().invoke(app, ["bench", "controller", "--batch-sizes", "x"])
     assert bad.exit_code != 0
 
@@ -119,3 +134,15 @@ def test_controller_bench_runs_both_step_apis_and_judges_its_targets() -> None:
     assert single.met == (single.measured <= single.limit)
     with pytest.raises(ValueError):
         run_controller_bench((1,), rounds_per_repetition=1, apis=("vectorised",))
+
+
+def test_controller_bench_times_the_pipelined_step() -> None:
+    report = run_controller_bench(
+        (2,), rounds_per_repetition=4, repeats=1, warmup=0, vocab=16, apis=("pipelined",), forward_ms=0.0
+    )
+    piped = [c for c in report.cases if c.api == "pipelined"]
+    assert {c.backend for c in piped} == {"memory", "sqlite"}
+    for case in piped:
+        assert case.forward_ms == 0.0
+        assert case.durable_us_per_round > 0  # the writer's time in publish, off the critical path
+        assert case.mean_emitted >= 1  # every pipelined round was waited for and published
