@@ -504,7 +504,10 @@ def faults(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Inject F-1..F-6 on both layouts and five round shapes; exit 0 only if every cell holds and audits."""
+    """Inject F-1..F-6 and the pipelined write faults on both layouts and five round shapes.
+
+    Exit 0 only if every cell holds and its request audits clean.
+    """
     import json
     import tempfile
     from pathlib import Path
@@ -513,6 +516,7 @@ def faults(
     from rich.table import Table
 
     from specround.audit import FAULT_MATRIX_SHAPES, run_fault_matrix
+    from specround.audit.pipelined_faults import run_pipelined_faults
     from specround.errors import SpecroundError
     from specround.statemachine.ports import EventLog
 
@@ -530,6 +534,8 @@ def faults(
                 event_log, name = SqlEventLog.open(location, create=True), db or "temporary SQLite file"
             try:
                 report = run_fault_matrix(event_log, log_name=name)
+                pipelined = run_pipelined_faults(event_log)
+                report = report.model_copy(update={"cells": (*report.cells, *pipelined)})
             finally:
                 event_log.close()
         except SpecroundError as exc:

@@ -281,7 +281,10 @@ class Step:
             return self._close(RoundPhase.ABORTED)
         return self._commit_and_settle()
 
-    def submit(self, write: Callable[[list[RoundPublication]], Future[list[PublishOutcome]]]) -> bool:
+    def submit(
+        self,
+        write: Callable[[list[RoundPublication], list[tuple[str, str] | None]], Future[list[PublishOutcome]]],
+    ) -> bool:
         """F-5, then hand the group commit to ``write`` (the controller's writer) without waiting for it.
 
         Each live round's request moves on to its staged successor at once (so that its next round can be
@@ -294,10 +297,13 @@ class Step:
             self._close(RoundPhase.ABORTED)
             return False
         publications = []
+        parents: list[tuple[str, str] | None] = []
         for rnd in self._live_rounds():
             assert rnd.publication is not None and rnd.successor is not None
             publications.append(rnd.publication)
             live = rnd.live
+            parents.append(live.tip if live.pending and rnd.epoch == live.epoch else None)
+            live.tip = (rnd.request_id, rnd.round_id)
             if live.pending == 0:
                 live.durable, live.durable_last = live.current, live.last
             live.pending += 1
@@ -306,7 +312,7 @@ class Step:
             live.current = rnd.successor
             live.coordinate_digest = None
             live.in_flight = False
-        self._pending = write(publications)
+        self._pending = write(publications, parents)
         return True
 
     def settle_submitted(self) -> list[RoundResult]:
@@ -404,8 +410,9 @@ class Step:
                 assert live.durable is not None
                 live.current, live.last, live.coordinate_digest = live.durable, live.durable_last, None
                 live.epoch += 1
+                live.tip = None
             if live.pending == 0:
-                live.durable = live.durable_last = None
+                live.durable = live.durable_last = live.tip = None
         state = live.current.state
         rnd.result = RoundResult(
             request_id=rnd.request_id,
@@ -685,7 +692,7 @@ class Step:
         if rnd.pipelined:  # durable now: the request's durable snapshot catches up with it
             _settled_pipelined(rnd)
             if live.pending == 0:
-                live.durable = live.durable_last = None
+                live.durable = live.durable_last = live.tip = None
             else:
                 live.durable = successor
                 live.durable_last = LastRound(rnd.start, rnd.coordinate_digest, rnd.round_id)

@@ -52,6 +52,8 @@ class LiveRequest:
     """Pipelined rounds of this request submitted to the writer and not settled yet."""
     epoch: int = 0
     """Bumped whenever a failed pipelined write rolls ``current`` back to ``durable``."""
+    tip: tuple[str, str] | None = None
+    """(request id, round id) of the pending round whose staged successor ``current`` is, if any."""
     uniforms: UniformWindow | None = None
     """Precomputed ACCEPT/TERMINAL uniforms of this request (:mod:`.uniform_cache`)."""
 

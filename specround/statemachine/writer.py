@@ -3,7 +3,11 @@
 A pipelined step (:meth:`~specround.statemachine.controller.RoundController.submit_batch`) hands its group
 commit to :meth:`PublicationWriter.submit` and returns to the engine, which launches its next forward while
 the write runs. Commits run one at a time, in the order they were submitted, so a request's rounds reach
-the log in order and the generation fence sees them as it would synchronously. Every other use of the log
+the log in order. The generation fence alone is not enough for a round built on a predecessor that never
+became durable: if another writer published a different round at that generation in between, the fence
+would let the dependent round through onto the other writer's state. So each publication names its
+*parent* (the pipelined round whose staged successor it was built on, if any), and the writer drops, without
+writing, every publication whose parent failed (reported as ``STALE_GENERATION``). Every other use of the log
 by the controller's thread goes through :meth:`PublicationWriter.exclusive`, so the log is never used by two
 threads at once (the logs are not required to be thread-safe).
 """
@@ -15,7 +19,12 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
-from specround.statemachine.ports import EventLog, PublishOutcome, RoundPublication
+from specround.statemachine.ports import EventLog, PublishOutcome, PublishStatus, RoundPublication
+
+RoundKey = tuple[str, str]
+"""(request id, round id)."""
+
+_DURABLE = (PublishStatus.PUBLISHED, PublishStatus.ALREADY_PUBLISHED)
 
 __all__ = ["PublicationWriter"]
 
@@ -30,22 +39,55 @@ class PublicationWriter:
         self._pool: ThreadPoolExecutor | None = None
         self.busy_s = 0.0
         """Wall seconds the writer's thread has spent inside ``publish``."""
+        self._failed: set[RoundKey] = set()
+        """Submitted rounds that did not become durable (their dependants are dropped)."""
 
-    def submit(self, publications: Sequence[RoundPublication]) -> Future[list[PublishOutcome]]:
-        """Queue one group commit; the future holds its outcomes (or the exception that failed it)."""
+    def submit(
+        self, publications: Sequence[RoundPublication], parents: Sequence[RoundKey | None]
+    ) -> Future[list[PublishOutcome]]:
+        """Queue one group commit; the future holds its outcomes (or the exception that failed it).
+
+        ``parents[i]`` is the round publication ``i`` was built on while that round's write was pending.
+        """
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specround-writer")
-        return self._pool.submit(self._write, list(publications))
+        return self._pool.submit(self._write, list(publications), list(parents))
 
-    def _write(self, publications: list[RoundPublication]) -> list[PublishOutcome]:
+    def _write(
+        self, publications: list[RoundPublication], parents: list[RoundKey | None]
+    ) -> list[PublishOutcome]:
         import time
 
-        with self._lock:
-            start = time.perf_counter()
-            try:
-                return self._log.publish(publications)
-            finally:
-                self.busy_s += time.perf_counter() - start
+        failed = self._failed
+        outcomes: list[PublishOutcome | None] = [None] * len(publications)
+        kept: list[int] = []
+        for i, (publication, parent) in enumerate(zip(publications, parents, strict=True)):
+            if parent is not None and parent in failed:  # built on a round that never became durable
+                failed.add((publication.request_id, publication.round_id))
+                outcomes[i] = PublishOutcome(
+                    publication.request_id,
+                    publication.round_id,
+                    PublishStatus.STALE_GENERATION,
+                    publication.expected_generation,
+                )
+            else:
+                kept.append(i)
+        written: list[PublishOutcome] = []
+        if kept:
+            with self._lock:
+                start = time.perf_counter()
+                try:
+                    written = self._log.publish([publications[i] for i in kept])
+                except BaseException:
+                    failed.update((publications[i].request_id, publications[i].round_id) for i in kept)
+                    raise
+                finally:
+                    self.busy_s += time.perf_counter() - start
+        for i, outcome in zip(kept, written, strict=True):
+            outcomes[i] = outcome
+            if outcome.status not in _DURABLE:
+                failed.add((outcome.request_id, outcome.round_id))
+        return [o for o in outcomes if o is not None]
 
     @contextmanager
     def exclusive(self) -> Iterator[EventLog]:

@@ -11,6 +11,7 @@ import torch
 from typer.testing import CliRunner
 
 from specround.adapters.sql import SqlEventLog
+from specround.audit.pipelined_faults import PIPELINED_CELLS
 from specround.cli import app
 from specround.statemachine.controller import RoundController
 from tests.statemachine._synthetic import random_input
@@ -122,7 +123,8 @@ def test_the_fault_matrix_holds_on_every_cell(db: str, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stdout
     report = json.loads(result.stdout)
     cells = report["cells"]
-    assert report["ok"] and len(cells) == 6 * 2 * 5
+    assert report["ok"] and len(cells) == (6 + len(PIPELINED_CELLS)) * 2 * 5
     assert {c["verdict"] for c in cells if c["point"] == "F-6"} == {"acknowledged"}
-    assert {c["verdict"] for c in cells if c["point"] != "F-6"} == {"unchanged"}
+    assert {c["verdict"] for c in cells if c["point"] in PIPELINED_CELLS} == {"held"}
+    assert {c["verdict"] for c in cells if c["point"] not in ("F-6", *PIPELINED_CELLS)} == {"unchanged"}
     assert all(c["audit_clean"] for c in cells)
