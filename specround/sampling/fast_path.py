@@ -295,6 +295,27 @@ def decide_on_host(
     )
 
 
+_WIDENED_CHUNK_BYTES = 8 << 20
+"""Float64 bytes widened at once by the block sums: one chunk of rows stays in the last-level cache."""
+
+
+def _block_sums(blocks: torch.Tensor) -> FloatArray:
+    """Float64 sums of ``blocks`` [N, nB, BS] over the last axis: [N, nB].
+
+    torch widens a float32 input to float64 before reducing (the values, and the sums, are those of
+    ``blocks.to(float64).sum(-1)``); a large batch is reduced a few rows at a time so that the widened copy
+    stays in cache instead of making a full float64 round trip through memory.
+    """
+    n_rows = blocks.shape[0]
+    rows_per_chunk = max(1, _WIDENED_CHUNK_BYTES // (8 * blocks.shape[1] * blocks.shape[2]))
+    if n_rows <= rows_per_chunk or blocks.dtype == torch.float64:
+        return host_array(blocks.sum(-1, dtype=torch.float64))
+    sums = np.empty(blocks.shape[:2], dtype=_F64)
+    for start, chunk in zip(range(0, n_rows, rows_per_chunk), blocks.split(rows_per_chunk), strict=True):
+        sums[start : start + chunk.shape[0]] = host_array(chunk.sum(-1, dtype=torch.float64))
+    return sums
+
+
 def _terminal_draws(
     batch: SamplerBatch,
     n_accepted: IntArray,
@@ -337,7 +358,7 @@ def _terminal_draws(
     extra = -vocab % width
     padded = F.pad(terminal, (0, extra)) if extra else terminal  # [N, nB * BS], zero past V
     blocks = padded.view(n_rows, -1, width)
-    block_sums = host_array(blocks.sum(-1, dtype=torch.float64))  # [N, nB]
+    block_sums = _block_sums(blocks)  # [N, nB]
     if n_correction:
         residual = np.cumsum(block_sums[:n_correction], axis=1)[:, -1]  # summed as the search sums it
         if (residual <= seams.degenerate_tolerance(p.dtype)).any():

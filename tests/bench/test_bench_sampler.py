@@ -25,6 +25,10 @@ CASE_FIELDS = {
     "sampler_full_over_full_pass",
     "sampler_full_over_full_read",
     "minimum_over_full_pass",
+    "minimum_read_bytes",
+    "sampler_ops",
+    "sampler_compute_ops",
+    "sampler_full_ops",
     "mean_accepted",
     "terminal_counts",
 }
@@ -61,6 +65,13 @@ def test_cli_prints_the_report_as_json() -> None:
         assert sum(case["terminal_counts"].values()) == case["batch_size"]
         assert set(case["terminal_counts"]) == {"correction", "bonus", "stop"}
     assert isinstance(payload["meets_target"], bool)
+    assert set(payload["targets"]) == {"ops", "largest_b_ratio", "b1_ms"}
+    assert payload["meets_target"] == all(payload["targets"].values())
+    for case in payload["cases"]:
+        # The fast path's op count does not grow with B; views are part of the count.
+        assert 0 < case["sampler_compute_ops"] < case["sampler_ops"] <= 60
+        assert case["sampler_full_ops"] > case["sampler_ops"]
+        assert case["minimum_read_bytes"] == case["batch_size"] * (2 * 4 + 2 * 300) * 4
 
 
 def test_cli_refuses_bad_batch_sizes() -> None:
