@@ -22,6 +22,7 @@ handles the rare case) exactly as before. Callers check the batch's structure fi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,7 @@ from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision, Term
 from specround.sampling.validation import ValidationMode, normalisation_tolerance
 
 __all__ = [
+    "COMPILE_ENV",
     "HostBatch",
     "HostDraw",
     "HostSeams",
@@ -102,18 +104,21 @@ def structure_is_valid_on_host(host: HostBatch) -> bool:
     """
     k_max, vocab = host.q.shape[1], host.p.shape[2]
     lens, ids, stop_ids = host.draft_lens, host.draft_ids, host.stop_ids
+    if lens.size == 0:
+        return True
     within = np.arange(k_max)[None, :] < lens[:, None]  # [B, K]
+    # Within the draft length an id lies in [0, V); beyond it, it is PAD_ID.
+    misplaced = ids != np.where(within, np.minimum(np.maximum(ids, 0), vocab - 1), PAD_ID)
     return not (
-        (lens < 0).any()
-        or (lens > k_max).any()
-        or (ids != np.where(within, np.clip(ids, 0, vocab - 1), PAD_ID)).any()
-        or (host.remaining < 1).any()
-        or (host.accept_counters < 0).any()
-        or (host.accept_counters > _INT64_MAX - k_max).any()
-        or (host.terminal_counters < 0).any()
-        or (host.terminal_counters > _INT64_MAX - 1).any()
-        or (stop_ids < PAD_ID).any()
-        or (stop_ids > vocab - 1).any()
+        lens.min() < 0
+        or lens.max() > k_max
+        or misplaced.any()
+        or host.remaining.min() < 1
+        or host.accept_counters.min() < 0
+        or host.accept_counters.max() > _INT64_MAX - k_max
+        or host.terminal_counters.min() < 0
+        or host.terminal_counters.max() > _INT64_MAX - 1
+        or (stop_ids.size > 0 and (stop_ids.min() < PAD_ID or stop_ids.max() > vocab - 1))
     )
 
 
@@ -223,7 +228,7 @@ def decide_on_host(
     has_stop_ids = stop_ids.shape[-1] > 0
     if has_stop_ids:
         sets = stop_ids[:, None, :] if stop_ids.ndim == 2 else stop_ids[:, :k_max, :]
-        draft_stops = within & _in_stop_set(ids, np.broadcast_to(sets, (n_batch, k_max, stop_ids.shape[-1])))
+        draft_stops = within & _in_stop_set(ids, sets)  # sets broadcast over positions when 2-D
         hit |= (ordinal[None, :] <= n_accepted[:, None]) & draft_stops
     first_hit = _first(hit)  # [B]
     stopped = first_hit < k_max
@@ -295,6 +300,61 @@ def decide_on_host(
     )
 
 
+COMPILE_ENV = "SPECROUND_SAMPLER_COMPILE"
+"""Set to ``1`` to run the terminal pass's elementwise work and row checks through ``torch.compile``."""
+
+_compiled_pass: Callable[..., tuple[torch.Tensor, list[torch.Tensor]]] | None = None
+
+
+def _residual_eager(
+    terminal: torch.Tensor, q_rows: torch.Tensor, *, with_stats: bool
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Row sums and minima of the gathered rows (read mode), then the residual in place (eager ops).
+
+    ``terminal`` [N, V] (a fresh gather: overwritten) holds the corrections' p rows first, ``q_rows``
+    [C, V] their q rows. Returns the terminal mass [N, V] in the rows' dtype and ``[p sums, p minima, q
+    sums, q minima]`` (the q pair only when C > 0; empty without ``with_stats``).
+    """
+    n_correction = q_rows.shape[0]
+    stats = [terminal.sum(1), terminal.amin(1)] if with_stats else []
+    if with_stats and n_correction:
+        stats += [q_rows.sum(1), q_rows.amin(1)]
+    if n_correction:
+        correction = terminal[:n_correction] if n_correction < terminal.shape[0] else terminal
+        correction.sub_(q_rows).clamp_min_(0.0)
+    return terminal, stats
+
+
+def _residual_functional(
+    terminal: torch.Tensor, q_rows: torch.Tensor, *, with_stats: bool
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """:func:`_residual_eager` without mutation, the form ``torch.compile`` fuses into one or two loops.
+
+    The residual is elementwise (a correctly rounded subtraction and a clamp), so the compiled values are
+    those of the eager ops; the sums only feed the tolerance check, which keeps a margin for their order.
+    """
+    n_correction = q_rows.shape[0]
+    stats = [terminal.sum(1), terminal.amin(1)] if with_stats else []
+    if with_stats and n_correction:
+        stats += [q_rows.sum(1), q_rows.amin(1)]
+    if not n_correction:
+        return terminal, stats
+    residual = (terminal[:n_correction] - q_rows).clamp_min(0.0)
+    return torch.cat((residual, terminal[n_correction:])), stats
+
+
+def _terminal_pass(
+    terminal: torch.Tensor, q_rows: torch.Tensor, *, with_stats: bool
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The residual and row checks, eager by default, compiled when :data:`COMPILE_ENV` is ``1``."""
+    global _compiled_pass
+    if os.environ.get(COMPILE_ENV) != "1":
+        return _residual_eager(terminal, q_rows, with_stats=with_stats)
+    if _compiled_pass is None:
+        _compiled_pass = torch.compile(_residual_functional, dynamic=True)
+    return _compiled_pass(terminal, q_rows, with_stats=with_stats)
+
+
 _WIDENED_CHUNK_BYTES = 8 << 20
 """Float64 bytes widened at once by the block sums: one chunk of rows stays in the last-level cache."""
 
@@ -311,7 +371,8 @@ def _block_sums(blocks: torch.Tensor) -> FloatArray:
     if n_rows <= rows_per_chunk or blocks.dtype == torch.float64:
         return host_array(blocks.sum(-1, dtype=torch.float64))
     sums = np.empty(blocks.shape[:2], dtype=_F64)
-    for start, chunk in zip(range(0, n_rows, rows_per_chunk), blocks.split(rows_per_chunk), strict=True):
+    chunks = torch.split(blocks, rows_per_chunk)
+    for start, chunk in zip(range(0, n_rows, rows_per_chunk), chunks, strict=True):
         sums[start : start + chunk.shape[0]] = host_array(chunk.sum(-1, dtype=torch.float64))
     return sums
 
@@ -342,18 +403,16 @@ def _terminal_draws(
     if n_correction:
         q_index = torch.from_numpy(rows[:n_correction] * k_max + a_rows[:n_correction])
         q_rows = q.reshape(-1, vocab).index_select(0, q_index)  # [C, V]
-    if mode == "read":
+    else:
+        q_rows = terminal[:0]  # [0, V]
+    terminal, stats = _terminal_pass(terminal, q_rows, with_stats=mode == "read")
+    if stats:
         tolerance = normalisation_tolerance(p.dtype, vocab) * _TOLERANCE_MARGIN
-        checked = (terminal, q_rows) if n_correction else (terminal,)
-        for part in checked:
-            total = host_array(part.sum(1)).astype(_F64)
-            minimum = host_array(part.amin(1))
+        for total_t, minimum_t in zip(stats[::2], stats[1::2], strict=True):
+            total, minimum = host_array(total_t).astype(_F64), host_array(minimum_t)
             # A NaN minimum or a non-finite sum fails the first test; the reference path names the error.
             if not (np.abs(total - 1.0) <= tolerance).all() or not (minimum >= 0).all():
                 return None
-    if n_correction:
-        correction = terminal[:n_correction] if n_correction < n_rows else terminal
-        correction.sub_(q_rows).clamp_min_(0.0)
     width = seams.block_width(vocab)
     extra = -vocab % width
     padded = F.pad(terminal, (0, extra)) if extra else terminal  # [N, nB * BS], zero past V
@@ -363,10 +422,10 @@ def _terminal_draws(
         residual = np.cumsum(block_sums[:n_correction], axis=1)[:, -1]  # summed as the search sums it
         if (residual <= seams.degenerate_tolerance(p.dtype)).any():
             return None  # a degenerate correction: the reference path redraws it from p
-    mass = host_array(blocks)  # [N, nB, BS] the terminal mass in the rows' dtype
+    mass_host = host_array(blocks)  # [N, nB, BS] the terminal mass in the rows' dtype
     index = np.arange(n_rows)
 
     def block_values(block: IntArray) -> FloatArray:
-        return mass[index, block].astype(_F64)  # [N, BS]
+        return np.asarray(mass_host[index, block].astype(_F64))  # [N, BS]
 
     return rows, seams.search(block_sums, u_terminal[rows], block_values)
