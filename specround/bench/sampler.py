@@ -24,6 +24,10 @@ decision at every B (``sampler_ops``, counted by :func:`~specround.sampling.op_c
 every dispatched ATen operator, views included; ``sampler_compute_ops`` leaves the views out), and the
 largest B at most 1.5x ``minimum_read``.
 
+With the environment variable ``SPECROUND_SAMPLER_COMPILE=1`` the run also times the sampler with its
+terminal pass compiled by ``torch.compile`` (``sampler_compiled_ms``; ``compile_s`` is the first compiled
+call of each batch size, compilation included); the eager timings are taken with it off.
+
 Inputs are realistic and seeded: target rows are a softmax of random logits, draft rows a softmax of the
 target logits plus noise (acceptance rates like a well-matched draft model), and drafts are sampled from
 the draft rows. ``threads`` pins torch's intra-op threads for the run (default: leave them as they are);
@@ -32,6 +36,7 @@ on a machine shared with other work, one thread gives steadier medians.
 
 from __future__ import annotations
 
+import os
 import platform
 import statistics
 import time
@@ -42,6 +47,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from specround.sampling.exact import decide
+from specround.sampling.fast_path import COMPILE_ENV
 from specround.sampling.op_count import count_tensor_ops
 from specround.sampling.types import SamplerBatch, TerminalKind
 
@@ -93,6 +99,10 @@ class SamplerBenchCase(BaseModel):
     """Of which operators that compute or copy (views left out)."""
     sampler_full_ops: int
     """Tensor ops of one ``decide(validate="full")`` call."""
+    sampler_compiled_ms: float | None = None
+    """Median with the terminal pass compiled (only with ``SPECROUND_SAMPLER_COMPILE=1``)."""
+    compile_s: float | None = None
+    """Seconds of the first compiled call at this batch size, compilation included."""
     mean_accepted: float
     """Mean accepted drafts per request in the benchmark's decision (how realistic the inputs are)."""
     terminal_counts: dict[str, int]
@@ -204,21 +214,49 @@ def run_sampler_bench(
     previous_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
+    compiled = os.environ.get(COMPILE_ENV) == "1"
     try:
-        return _run(list(batch_sizes), draft_len, vocab, repeats, warmup, seed)
+        os.environ[COMPILE_ENV] = "0"
+        return _run(list(batch_sizes), draft_len, vocab, repeats, warmup, seed, compiled=compiled)
     finally:
         torch.set_num_threads(previous_threads)
+        if compiled:
+            os.environ[COMPILE_ENV] = "1"
+        else:
+            os.environ.pop(COMPILE_ENV, None)
+
+
+def _decide_compiled(batch: SamplerBatch) -> object:
+    """``decide(batch)`` with the compiled terminal pass."""
+    os.environ[COMPILE_ENV] = "1"
+    try:
+        return decide(batch)
+    finally:
+        os.environ[COMPILE_ENV] = "0"
 
 
 def _run(
-    batch_sizes: list[int], draft_len: int, vocab: int, repeats: int, warmup: int, seed: int
+    batch_sizes: list[int],
+    draft_len: int,
+    vocab: int,
+    repeats: int,
+    warmup: int,
+    seed: int,
+    *,
+    compiled: bool,
 ) -> SamplerBenchReport:
     """:func:`run_sampler_bench` with validated arguments and the thread count already set."""
     operations: dict[tuple[int, str], Callable[[], object]] = {}
     batches: dict[int, SamplerBatch] = {}
+    compile_seconds: dict[int, float] = {}
     for size in batch_sizes:
         batch = make_sampler_inputs(size, draft_len, vocab, seed=seed + size)
         batches[size] = batch
+        if compiled:
+            start = time.perf_counter()
+            _decide_compiled(batch)
+            compile_seconds[size] = time.perf_counter() - start
+            operations[(size, "sampler_compiled")] = partial(_decide_compiled, batch)
         operations[(size, "sampler")] = partial(decide, batch)
         operations[(size, "sampler_full")] = partial(decide, batch, validate="full")
         for name, operation in _reference_passes(batch).items():
@@ -260,6 +298,10 @@ def _run(
                 sampler_ops=ops.total,
                 sampler_compute_ops=ops.compute,
                 sampler_full_ops=full_ops.total,
+                sampler_compiled_ms=(
+                    statistics.median(samples[(size, "sampler_compiled")]) if compiled else None
+                ),
+                compile_s=compile_seconds.get(size),
                 mean_accepted=float(decision.accepted.to(torch.float64).mean()),
                 terminal_counts={kind.name.lower(): kinds.count(kind.name.lower()) for kind in TerminalKind},
             )
