@@ -154,16 +154,16 @@ def search_host(
     total = cumulative[:, -1]
     target = u * total  # [N]
     block = (cumulative <= target[:, None]).sum(1)  # [N] first cumulative value > target
-    block = np.where(block < n_blocks, block, _last_true(block_sums > 0))
-    before_block = cumulative[rows, np.maximum(block - 1, 0)]
-    prefix = np.where(block > 0, before_block, 0.0)  # [N] <= target
+    if (block >= n_blocks).any():  # rounding put the target at the top: the last block with mass
+        block = np.where(block < n_blocks, block, _last_true(block_sums > 0))
+    prefix = np.where(block > 0, cumulative[rows, np.maximum(block - 1, 0)], 0.0)  # [N] <= target
     values = block_values(block)  # [N, BS]
     inside = prefix[:, None] + np.cumsum(values, axis=1)  # [N, BS]
     offset = (inside <= target[:, None]).sum(1)
     width = values.shape[1]
-    offset = np.where(offset < width, offset, _last_true(values > 0))
-    before_token = inside[rows, np.maximum(offset - 1, 0)]
-    mass_before = np.where(offset > 0, before_token, prefix)
+    if (offset >= width).any():  # the block's own cumsum ended below its sum: its last positive entry
+        offset = np.where(offset < width, offset, _last_true(values > 0))
+    mass_before = np.where(offset > 0, inside[rows, np.maximum(offset - 1, 0)], prefix)
     token_mass = values[rows, offset]
     return HostDraw(block * width + offset, mass_before, token_mass, total)
 
