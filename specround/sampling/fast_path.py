@@ -75,8 +75,8 @@ class HostBatch:
     draft_lens: IntArray
     stop_ids: IntArray
     remaining: IntArray
-    accept_counters: IntArray
-    terminal_counters: IntArray
+    accept_counters: list[int]
+    terminal_counters: list[int]
 
 
 def host_batch(batch: SamplerBatch) -> HostBatch:
@@ -88,8 +88,8 @@ def host_batch(batch: SamplerBatch) -> HostBatch:
         draft_lens=batch.draft_lens.numpy(),
         stop_ids=batch.stop_ids.numpy(),
         remaining=batch.remaining.numpy(),
-        accept_counters=batch.accept_counters.numpy(),
-        terminal_counters=batch.terminal_counters.numpy(),
+        accept_counters=batch.accept_counters.tolist(),
+        terminal_counters=batch.terminal_counters.tolist(),
     )
 
 
@@ -114,10 +114,10 @@ def structure_is_valid_on_host(host: HostBatch) -> bool:
         or lens.max() > k_max
         or misplaced.any()
         or host.remaining.min() < 1
-        or host.accept_counters.min() < 0
-        or host.accept_counters.max() > _INT64_MAX - k_max
-        or host.terminal_counters.min() < 0
-        or host.terminal_counters.max() > _INT64_MAX - 1
+        or min(host.accept_counters) < 0
+        or max(host.accept_counters) > _INT64_MAX - k_max
+        or min(host.terminal_counters) < 0
+        or max(host.terminal_counters) > _INT64_MAX - 1
         or (stop_ids.size > 0 and (stop_ids.min() < PAD_ID or stop_ids.max() > vocab - 1))
     )
 
@@ -218,7 +218,7 @@ def decide_on_host(
     q_draft = np.where(within, q_at, 1.0)
 
     # Acceptance tests (the one written rule, as torch ops) and the leading accepted run A.
-    tested = seams.accepts(torch.from_numpy(u), torch.from_numpy(p_draft), torch.from_numpy(q_draft))
+    tested = seams.accepts(accept_uniforms, torch.from_numpy(p_draft), torch.from_numpy(q_draft))
     accepted_tests = host_array(tested) & within
     n_accepted = np.cumprod(accepted_tests, axis=1, dtype=np.int64).sum(1)  # [B] A
 
@@ -357,24 +357,24 @@ def _terminal_pass(
 
 _WIDENED_CHUNK_BYTES = 8 << 20
 """Float64 bytes widened at once by the block sums: one chunk of rows stays in the last-level cache."""
+_MAX_CHUNKS = 4
+"""At most this many chunks (so that the op count per decision stays bounded at any B)."""
 
 
 def _block_sums(blocks: torch.Tensor) -> FloatArray:
     """Float64 sums of ``blocks`` [N, nB, BS] over the last axis: [N, nB].
 
     torch widens a float32 input to float64 before reducing (the values, and the sums, are those of
-    ``blocks.to(float64).sum(-1)``); a large batch is reduced a few rows at a time so that the widened copy
-    stays in cache instead of making a full float64 round trip through memory.
+    ``blocks.to(float64).sum(-1)``); a large batch is reduced in up to four chunks of rows so that the
+    widened copy stays in cache instead of making a full float64 round trip through memory.
     """
     n_rows = blocks.shape[0]
     rows_per_chunk = max(1, _WIDENED_CHUNK_BYTES // (8 * blocks.shape[1] * blocks.shape[2]))
+    rows_per_chunk = max(rows_per_chunk, -(-n_rows // _MAX_CHUNKS))  # a bounded number of tensor ops
     if n_rows <= rows_per_chunk or blocks.dtype == torch.float64:
         return host_array(blocks.sum(-1, dtype=torch.float64))
-    sums = np.empty(blocks.shape[:2], dtype=_F64)
     chunks = torch.split(blocks, rows_per_chunk)
-    for start, chunk in zip(range(0, n_rows, rows_per_chunk), chunks, strict=True):
-        sums[start : start + chunk.shape[0]] = host_array(chunk.sum(-1, dtype=torch.float64))
-    return sums
+    return host_array(torch.cat([chunk.sum(-1, dtype=torch.float64) for chunk in chunks]))
 
 
 def _terminal_draws(
@@ -408,11 +408,14 @@ def _terminal_draws(
     terminal, stats = _terminal_pass(terminal, q_rows, with_stats=mode == "read")
     if stats:
         tolerance = normalisation_tolerance(p.dtype, vocab) * _TOLERANCE_MARGIN
-        for total_t, minimum_t in zip(stats[::2], stats[1::2], strict=True):
-            total, minimum = host_array(total_t).astype(_F64), host_array(minimum_t)
-            # A NaN minimum or a non-finite sum fails the first test; the reference path names the error.
-            if not (np.abs(total - 1.0) <= tolerance).all() or not (minimum >= 0).all():
-                return None
+        values = host_array(torch.cat(stats)).astype(_F64)  # p sums, p minima[, q sums, q minima]
+        sizes = [int(t.shape[0]) for t in stats]
+        bounds = np.cumsum([0, *sizes])
+        totals = np.concatenate([values[bounds[i] : bounds[i + 1]] for i in range(0, len(sizes), 2)])
+        minima = np.concatenate([values[bounds[i] : bounds[i + 1]] for i in range(1, len(sizes), 2)])
+        # A NaN minimum or a non-finite sum fails its test; the reference path then names the error.
+        if not (np.abs(totals - 1.0) <= tolerance).all() or not (minima >= 0).all():
+            return None
     width = seams.block_width(vocab)
     extra = -vocab % width
     padded = F.pad(terminal, (0, extra)) if extra else terminal  # [N, nB * BS], zero past V
