@@ -31,10 +31,15 @@ Greedy rows (one-hot ``p`` and ``q``) reproduce greedy decoding exactly: a draft
 target's argmax, and the residual of a rejection is the target's one-hot row.
 
 Performance: the sampler reads the gathered ``p_i(d_i)``, ``q_i(d_i)`` and only the one terminal row per
-request (two for a correction). The residual, its block sums and the read-mode row checks are computed in
-one pass over vocabulary chunks that stay in cache on CPU (one chunk on accelerators); the token is then
-found by a two-level search (block sums, then a cumulative sum inside one block). There is no Python loop
-over the batch or the draft positions.
+request (two for a correction). On CPU the decision takes the fast path of
+:mod:`specround.sampling.fast_path`: the control (acceptance, stops, budgets, RNG accounting, output layout)
+runs with numpy on the tensors' memory, the round's uniforms come from one host Philox call, and the only
+tensor ops are the acceptance predicate and one batched pass over the terminal rows (about a dozen compute
+ops per decision, whatever B). It returns the same decision bit for bit; any refused value, or a degenerate
+correction, sends the batch to the reference path below (torch ops on the batch's device, computing the
+residual and its block sums in vocabulary chunks), which raises the named error or handles the case. The
+token is found by a two-level search (block sums, then a cumulative sum inside one block), run on the host
+by both paths. There is no Python loop over the batch or the draft positions.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
 import torch
 import torch.nn.functional as F
 
@@ -52,13 +59,22 @@ from specround.errors import (
     NotNormalisedError,
     ShapeMismatchError,
 )
-from specround.sampling.rng import uniforms
+from specround.sampling.fast_path import (
+    HostBatch,
+    HostSeams,
+    decide_on_host,
+    host_batch,
+    structure_is_valid_on_host,
+)
+from specround.sampling.fast_path import search_host as _search
+from specround.sampling.rng import round_uniforms_host, uniforms
 from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision, Stream, TerminalKind
 from specround.sampling.validation import (
     PROBABILITY_DTYPES,
     RowStatistics,
     ValidationMode,
     check_all_rows,
+    check_batch_shapes,
     check_batch_structure,
     check_draft_values,
     check_reached_uniforms,
@@ -147,46 +163,27 @@ def terminal_mass(
     return diff.clamp_min(0.0).to(_F64)
 
 
-def _last_true(mask: torch.Tensor) -> torch.Tensor:
-    """[N] index of the last True entry of each row of ``mask`` [N, M] (M - 1 when a row has none)."""
-    width = mask.shape[1]
-    return (width - 1) - mask.flip(1).to(torch.int64).argmax(1)
-
-
-def _search(
+def _search_tensors(
     block_sums: torch.Tensor,
     u: torch.Tensor,
     block_values: Callable[[torch.Tensor], torch.Tensor],
 ) -> InverseCdfDraw:
-    """Two-level inverse-CDF search over rows given by their block sums and a block reader.
+    """:func:`_search` (the host search) for tensors on any device: the same draw, as tensors there.
 
-    ``block_sums`` [N, nB] float64 (the last block zero-padded to the block width), ``u`` [N] float64 and
-    ``block_values(block [N]) -> [N, BS]`` float64 returning the same values the sums were taken over.
+    ``block_sums`` [N, nB] float64, ``u`` [N] float64 and ``block_values(block [N]) -> [N, BS]`` float64
+    returning the same values the sums were taken over.
     """
-    n_blocks = block_sums.shape[1]
-    cumulative = block_sums.cumsum(1)  # [N, nB]
-    total = cumulative[:, -1]  # [N]
-    target = u * total  # [N]
-    block = torch.searchsorted(cumulative, target[:, None], right=True).squeeze(1)  # [N] first cum > target
-    # Top-end clamp: u * total rounded up to total; fall back to the last block with positive mass.
-    block = torch.where(block < n_blocks, block, _last_true(block_sums > 0))
-    before_block = cumulative.gather(1, (block - 1).clamp_min(0)[:, None]).squeeze(1)  # [N]
-    prefix = torch.where(block > 0, before_block, torch.zeros_like(before_block))  # [N] <= target
-    values = block_values(block)  # [N, BS]
-    inside = prefix[:, None] + values.cumsum(1)  # [N, BS]
-    offset = torch.searchsorted(inside, target[:, None], right=True).squeeze(1)  # [N]
-    # Rounding clamp: the block's own cumsum may end a few ulps below its block sum.
-    width = values.shape[1]
-    offset = torch.where(offset < width, offset, _last_true(values > 0))
-    before_token = inside.gather(1, (offset - 1).clamp_min(0)[:, None]).squeeze(1)  # [N]
-    mass_before = torch.where(offset > 0, before_token, prefix)
-    token_mass = values.gather(1, offset[:, None]).squeeze(1)  # [N]
-    return InverseCdfDraw(
-        tokens=block * width + offset,
-        mass_before=mass_before,
-        token_mass=token_mass,
-        total=total,
+    device = block_sums.device
+
+    def values(block: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        return block_values(torch.from_numpy(block).to(device)).cpu().numpy()
+
+    host = _search(block_sums.cpu().numpy(), u.cpu().numpy(), values)
+    tokens, mass_before, token_mass, total = (
+        torch.from_numpy(np.ascontiguousarray(a)).to(device)
+        for a in (host.tokens, host.mass_before, host.token_mass, host.total)
     )
+    return InverseCdfDraw(tokens=tokens, mass_before=mass_before, token_mass=token_mass, total=total)
 
 
 def block_width(vocab: int) -> int:
@@ -252,7 +249,7 @@ def inverse_cdf(row_mass: torch.Tensor, uniforms: torch.Tensor) -> InverseCdfDra
         def block_values(block: torch.Tensor) -> torch.Tensor:
             return padded.gather(1, block[:, None] * width + columns[None, :])  # [N, BS]
 
-        return _search(block_sums, u, block_values)
+        return _search_tensors(block_sums, u, block_values)
 
 
 def round_uniforms(batch: SamplerBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -264,6 +261,11 @@ def round_uniforms(batch: SamplerBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """
     k_max = batch.draft_ids.shape[1]
     device = batch.p.device
+    if device.type == "cpu":  # the same Philox values computed on the host: no tensor op
+        drawn_host = round_uniforms_host(
+            batch.seeds.tolist(), batch.accept_counters.tolist(), batch.terminal_counters.tolist(), k_max
+        )  # [B, K+1]
+        return torch.from_numpy(drawn_host[:, :k_max].copy()), torch.from_numpy(drawn_host[:, k_max].copy())
     positions = torch.arange(k_max, device=device)  # [K]
     counters = torch.cat(
         [batch.accept_counters[:, None] + positions[None, :], batch.terminal_counters[:, None]], dim=1
@@ -444,7 +446,7 @@ def _draw_terminal(
         target_only = _TerminalRows(rows.batch_rows[redo], rows.p_index[redo], rows.q_index[:0])
         sums[redo] = _block_sums_pass(p_flat, q_flat, target_only, with_stats=False)[0]
         degenerate[redo] = True
-    draw = _search(sums, u[rows.batch_rows], _block_reader(p_flat, q_flat, rows))
+    draw = _search_tensors(sums, u[rows.batch_rows], _block_reader(p_flat, q_flat, rows))
     return rows, draw, degenerate
 
 
@@ -553,10 +555,10 @@ def decide(batch: SamplerBatch, *, validate: ValidationMode = "read") -> Sampler
     ``0..k_b - 1`` (a full pass over the batch). See :mod:`specround.sampling.validation`.
     """
     mode = _check_mode(validate)
-    check_batch_structure(batch)
+    host = _check_structure(batch)
     with torch.no_grad():
         accept_uniforms, terminal_uniforms = round_uniforms(batch)
-        return _decide(batch, accept_uniforms, terminal_uniforms, mode)
+        return _decide(batch, host, accept_uniforms, terminal_uniforms, mode)
 
 
 def decide_from_uniforms(
@@ -573,19 +575,57 @@ def decide_from_uniforms(
     (a logged round stores NaN there). Validation as in :func:`decide`.
     """
     mode = _check_mode(validate)
-    check_batch_structure(batch)
+    host = _check_structure(batch)
     check_uniform_shapes(batch, accept_uniforms, terminal_uniforms)
     with torch.no_grad():
-        return _decide(batch, accept_uniforms, terminal_uniforms, mode)
+        return _decide(batch, host, accept_uniforms, terminal_uniforms, mode)
+
+
+def _check_structure(batch: SamplerBatch) -> HostBatch | None:
+    """:func:`check_batch_structure`, with its integer checks done on the host for a CPU batch.
+
+    A CPU batch whose values pass the host check is accepted without a tensor op (its host views are
+    returned for the fast path); any other batch goes through the full check, which raises the named
+    error, and gets ``None``.
+    """
+    check_batch_shapes(batch)
+    if batch.p.device.type == "cpu":
+        host = host_batch(batch)
+        if structure_is_valid_on_host(host):
+            return host
+    check_batch_structure(batch)
+    return None
 
 
 def _decide(
+    batch: SamplerBatch,
+    host: HostBatch | None,
+    accept_uniforms: torch.Tensor,
+    terminal_uniforms: torch.Tensor,
+    mode: ValidationMode,
+) -> SamplerDecision:
+    """:func:`decide_from_uniforms` after the structural checks: the CPU fast path, else the reference."""
+    if host is not None:
+        seams = HostSeams(
+            accepts=accepts,
+            search=_search,
+            check_all_rows=check_all_rows,
+            block_width=block_width,
+            degenerate_tolerance=degenerate_residual_tolerance,
+        )
+        decision = decide_on_host(batch, host, accept_uniforms, terminal_uniforms, mode, seams)
+        if decision is not None:
+            return decision
+    return _decide_reference(batch, accept_uniforms, terminal_uniforms, mode)
+
+
+def _decide_reference(
     batch: SamplerBatch,
     accept_uniforms: torch.Tensor,
     terminal_uniforms: torch.Tensor,
     mode: ValidationMode,
 ) -> SamplerDecision:
-    """:func:`decide_from_uniforms` after the structural checks."""
+    """The reference decision with torch ops on the batch's device (every check raises its named error)."""
     p, q = batch.p, batch.q
     n_batch, k_max = batch.draft_ids.shape
     device = p.device

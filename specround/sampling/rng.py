@@ -17,10 +17,19 @@ Op count (the fixed cost of a small batch is torch dispatch, not arithmetic): th
 ``(c0, c2)`` and the two passed-through words ``(c1, c3)`` are each stacked into one ``[2, ...]`` tensor and
 the ten round keys are computed up front, so a round is 12 tensor ops (9 for both products, one swap, two
 xors) instead of 26 on separate words.
+
+:func:`uniforms_host` and :func:`round_uniforms_host` are the same function on the host, for the sampler's
+CPU fast path: numpy unsigned 64-bit words (the 32x32 -> 64-bit product is exact, a round is five array
+operations), or plain Python integers for a handful of uniforms. All implementations are tested equal bit
+for bit on every kind of seed and counter.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+import numpy.typing as npt
 import torch
 
 from specround.sampling.types import Stream
@@ -28,7 +37,9 @@ from specround.sampling.types import Stream
 __all__ = [
     "MASK32",
     "philox4x32",
+    "round_uniforms_host",
     "uniforms",
+    "uniforms_host",
     "words_to_uniform",
 ]
 
@@ -144,3 +155,92 @@ def _signed64(value: int) -> int:
     """Read any integer modulo 2**64 as a signed int64 (the bit pattern torch stores)."""
     value &= (1 << 64) - 1
     return value - (1 << 64) if value >= (1 << 63) else value
+
+
+_U64 = np.uint64
+_SHIFT32 = _U64(32)
+_MASK32_U = _U64(MASK32)
+_MASK64 = (1 << 64) - 1
+_HOST_MULT = np.array([_MULT0, _MULT1], dtype=_U64)  # multipliers of (c0, c2)
+_HOST_KEY_STEPS = np.arange(_ROUNDS, dtype=_U64)[:, None] * np.array([_WEYL0, _WEYL1], dtype=_U64)
+"""[rounds, 2] the Weyl increments ``r * weyl`` of the round keys (below 2**36: no wrap-around)."""
+_SCALAR_LIMIT = 16
+"""Up to this many uniforms, plain Python integers are cheaper than numpy calls."""
+
+
+def uniforms_host(
+    seeds: npt.NDArray[np.int64], streams: npt.NDArray[np.int64], counters: npt.NDArray[np.int64]
+) -> npt.NDArray[np.float64]:
+    """:func:`uniforms` on numpy int64 arrays (broadcasting; the same values bit for bit), on the host.
+
+    Seeds are read modulo 2**64; counters must be non-negative (not checked here: the caller validates).
+    Returns float64 uniforms in [0, 1) of the broadcast shape.
+    """
+    seed_u, stream_u, counter_u = (
+        np.asarray(a, dtype=np.int64).view(_U64) for a in (seeds, streams, counters)
+    )
+    shape = np.broadcast_shapes(seed_u.shape, stream_u.shape, counter_u.shape)
+    if math.prod(shape) <= _SCALAR_LIMIT:
+        seed_b, stream_b, counter_b = (np.broadcast_to(a, shape) for a in (seed_u, stream_u, counter_u))
+        flat = [
+            _uniform_scalar(int(s), int(t), int(c))
+            for s, t, c in zip(seed_b.flat, stream_b.flat, counter_b.flat, strict=True)
+        ]
+        return np.array(flat, dtype=np.float64).reshape(shape)
+    multiplied = np.empty((2, *shape), dtype=_U64)  # (c0, c2)
+    np.bitwise_and(counter_u, _MASK32_U, out=multiplied[0])
+    np.bitwise_and(stream_u, _MASK32_U, out=multiplied[1])
+    passed = np.zeros((2, *shape), dtype=_U64)  # (c1, c3)
+    np.right_shift(counter_u, _SHIFT32, out=passed[0])
+    key = np.empty((2, *shape), dtype=_U64)
+    np.bitwise_and(seed_u, _MASK32_U, out=key[0])
+    np.right_shift(seed_u, _SHIFT32, out=key[1])
+    tail = (1,) * len(shape)
+    mult = _HOST_MULT.reshape((2, *tail))
+    keys = (key[None] + _HOST_KEY_STEPS.reshape((_ROUNDS, 2, *tail))) & _MASK32_U  # [rounds, 2, ...]
+    for round_key in keys:
+        product = multiplied * mult  # exact: both factors < 2**32
+        # (c0, c2) <- (hi1 ^ c1 ^ k0, hi0 ^ c3 ^ k1); (c1, c3) <- (lo1, lo0)
+        multiplied = (product >> _SHIFT32)[::-1] ^ passed ^ round_key
+        passed = (product & _MASK32_U)[::-1]
+    bits = ((multiplied[0] >> _U64(5)) << _U64(26)) | (passed[0] >> _U64(6))
+    return np.asarray(bits.astype(np.float64) / _TWO_POW_53, dtype=np.float64)
+
+
+def round_uniforms_host(
+    seeds: list[int], accept_counters: list[int], terminal_counters: list[int], k_max: int
+) -> npt.NDArray[np.float64]:
+    """[B, K+1] uniforms of one round: ACCEPT at ``accept_counters[b] + i`` for i < K, then TERMINAL.
+
+    The same values as :func:`uniforms` on the same triples; plain Python integers for a small round.
+    Counters must be non-negative and leave room for the round (the caller validates).
+    """
+    n_batch = len(seeds)
+    if n_batch * (k_max + 1) <= _SCALAR_LIMIT:
+        accept, terminal = int(Stream.ACCEPT), int(Stream.TERMINAL)
+        rows = []
+        for seed, first, last in zip(seeds, accept_counters, terminal_counters, strict=True):
+            key = seed & _MASK64
+            rows.append(
+                [_uniform_scalar(key, accept, first + i) for i in range(k_max)]
+                + [_uniform_scalar(key, terminal, last)]
+            )
+        return np.array(rows, dtype=np.float64).reshape(n_batch, k_max + 1)
+    counters = np.empty((n_batch, k_max + 1), dtype=np.int64)
+    counters[:, :k_max] = np.asarray(accept_counters, dtype=np.int64)[:, None] + np.arange(k_max)
+    counters[:, k_max] = terminal_counters
+    streams = np.full(k_max + 1, int(Stream.ACCEPT), dtype=np.int64)
+    streams[k_max] = int(Stream.TERMINAL)
+    return uniforms_host(np.asarray(seeds, dtype=np.int64)[:, None], streams[None, :], counters)
+
+
+def _uniform_scalar(seed: int, stream: int, counter: int) -> float:
+    """One uniform from Python integers (``seed`` and ``counter`` already read as unsigned 64-bit)."""
+    # Literal constants (_MULT0, _MULT1, _WEYL0, _WEYL1, MASK32): no global look-ups inside the loop.
+    c0, c1, c2, c3 = counter & 0xFFFFFFFF, counter >> 32, stream & 0xFFFFFFFF, 0
+    k0, k1 = seed & 0xFFFFFFFF, seed >> 32
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & 0xFFFFFFFF, (p0 >> 32) ^ c3 ^ k1, p0 & 0xFFFFFFFF
+        k0, k1 = (k0 + 0x9E3779B9) & 0xFFFFFFFF, (k1 + 0xBB67AE85) & 0xFFFFFFFF
+    return (((c0 >> 5) << 26) | (c1 >> 6)) / 9007199254740992.0

@@ -47,6 +47,7 @@ __all__ = [
     "RowStatistics",
     "ValidationMode",
     "check_all_rows",
+    "check_batch_shapes",
     "check_batch_structure",
     "check_draft_values",
     "check_reached_uniforms",
@@ -100,6 +101,12 @@ def check_batch_structure(batch: SamplerBatch) -> None:
     its draft length) and :class:`InvalidRequestError` (a budget below 1, a negative or exhausted counter, a
     stop id outside ``[0, V)`` that is not ``PAD_ID``).
     """
+    check_batch_shapes(batch)
+    _check_batch_values(batch)
+
+
+def check_batch_shapes(batch: SamplerBatch) -> None:
+    """The shape, dtype and device part of :func:`check_batch_structure` (plain Python, no tensor op)."""
     p, q = batch.p, batch.q
     if p.dim() != 3 or q.dim() != 3:
         raise ShapeMismatchError(
@@ -140,6 +147,11 @@ def check_batch_structure(batch: SamplerBatch) -> None:
         if tensor.device != p.device:
             raise ShapeMismatchError(f"{name} is on {tensor.device} but p is on {p.device}")
 
+
+def _check_batch_values(batch: SamplerBatch) -> None:
+    """The integer-value part of :func:`check_batch_structure`, on a batch whose shapes were checked."""
+    p, stop_ids = batch.p, batch.stop_ids
+    k_max, vocab = batch.q.shape[1], p.shape[2]
     lens, ids = batch.draft_lens, batch.draft_ids
     positions = torch.arange(k_max, device=p.device)  # [K]
     within = positions[None, :] < lens[:, None]  # [B, K]

@@ -25,6 +25,12 @@ CASE_FIELDS = {
     "sampler_full_over_full_pass",
     "sampler_full_over_full_read",
     "minimum_over_full_pass",
+    "minimum_read_bytes",
+    "sampler_ops",
+    "sampler_compute_ops",
+    "sampler_full_ops",
+    "sampler_compiled_ms",
+    "compile_s",
     "mean_accepted",
     "terminal_counts",
 }
@@ -57,10 +63,18 @@ def test_cli_prints_the_report_as_json() -> None:
     assert [case.batch_size for case in report.cases] == [1, 3]
     for case in payload["cases"]:
         assert set(case) == CASE_FIELDS
-        assert all(case[name] > 0 for name in CASE_FIELDS if name.endswith("_ms"))
+        assert all(case[name] > 0 for name in CASE_FIELDS if name.endswith("_ms") and "compiled" not in name)
+        assert case["sampler_compiled_ms"] is None and case["compile_s"] is None  # compilation is opt-in
         assert sum(case["terminal_counts"].values()) == case["batch_size"]
         assert set(case["terminal_counts"]) == {"correction", "bonus", "stop"}
     assert isinstance(payload["meets_target"], bool)
+    assert set(payload["targets"]) == {"ops", "largest_b_ratio", "b1_ms"}
+    assert payload["meets_target"] == all(payload["targets"].values())
+    for case in payload["cases"]:
+        # The fast path's op count does not grow with B; views are part of the count.
+        assert 0 < case["sampler_compute_ops"] < case["sampler_ops"] <= 60
+        assert case["sampler_full_ops"] > case["sampler_ops"]
+        assert case["minimum_read_bytes"] == case["batch_size"] * (2 * 4 + 2 * 300) * 4
 
 
 def test_cli_refuses_bad_batch_sizes() -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import fields, replace
 from typing import Any
 
+import numpy as np
 import torch
 
 from specround.model_check import mutations as decision_mutations
@@ -159,9 +160,9 @@ def _unnormalised_search(original: Any, _scratch: Scratch) -> Any:
     """Inverse CDF against the unnormalised cumulative mass: target ``u`` instead of ``u * Z``."""
     top = 1.0 - 2.0**-53
 
-    def search(block_sums: torch.Tensor, u: torch.Tensor, block_values: Any) -> Any:
-        total = block_sums.sum(1)  # [N]
-        return original(block_sums, (u / total).clamp(max=top), block_values)
+    def search(block_sums: Any, u: Any, block_values: Any) -> Any:
+        total = block_sums.sum(1)  # [N] (host arrays: the search runs on the host)
+        return original(block_sums, np.minimum(u / total, top), block_values)
 
     return search
 

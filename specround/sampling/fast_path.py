@@ -1,0 +1,434 @@
+"""The exact sampler's fast path for CPU batches: the same decision with a small, fixed number of tensor ops.
+
+The decision of :mod:`specround.sampling.exact` has two kinds of work. Its *control* -- gathered draft
+probabilities, acceptance tests, the accepted run, stops and budgets, RNG accounting, the output layout --
+reads ``O(B * (K + S))`` numbers; done with torch it is hundreds of tiny kernels whose dispatch is the whole
+cost of a small batch. Its *terminal pass* reads one ``p`` row (and one ``q`` row for a correction) of ``V``
+entries per request. Here the control runs with numpy on the tensors' own memory (zero-copy views, no
+tensor op), and only the terminal pass and the acceptance predicate run as torch ops, batched over every
+request at once; the inverse-CDF search then runs on the host over the pass's block sums.
+
+Every value is computed with the same floating-point operations as the reference path, in the same order
+(the acceptance ratio by :func:`~specround.sampling.exact.accepts`, the residual in the rows' dtype, block
+sums by one torch reduction per 256-entry block, cumulative sums sequentially in float64), so the decision
+is identical bit for bit; ``tests/sampling/test_decision_fixture.py`` and the differential tests hold it to
+that.
+
+The fast path never raises an input error itself. Whenever a value it reads fails a check -- or lands
+close enough to a tolerance that a different summation order could decide it -- or a correction's residual
+is degenerate, it returns ``None`` and the caller runs the reference path, which raises the named error (or
+handles the rare case) exactly as before. Callers check the batch's structure first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+import torch.nn.functional as F
+
+from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision, TerminalKind
+from specround.sampling.validation import ValidationMode, normalisation_tolerance
+
+__all__ = [
+    "COMPILE_ENV",
+    "HostBatch",
+    "HostDraw",
+    "HostSeams",
+    "decide_on_host",
+    "host_array",
+    "host_batch",
+    "search_host",
+    "structure_is_valid_on_host",
+]
+
+_F64 = np.float64
+_NAN = float("nan")
+_TOLERANCE_MARGIN = 0.5
+"""A terminal row whose ``|sum - 1|`` exceeds this fraction of the tolerance goes to the reference check."""
+
+FloatArray = npt.NDArray[Any]
+"""A float64 numpy array."""
+IntArray = npt.NDArray[Any]
+"""An int64 numpy array."""
+BoolArray = npt.NDArray[Any]
+"""A bool numpy array."""
+
+
+def host_array(tensor: torch.Tensor) -> npt.NDArray[Any]:
+    """A numpy view of a CPU tensor's memory (no copy, no tensor op)."""
+    return (tensor.detach() if tensor.requires_grad else tensor).numpy()
+
+
+@dataclass(frozen=True, slots=True)
+class HostBatch:
+    """Numpy views of a CPU batch's tensors (made once per decision)."""
+
+    p: npt.NDArray[Any]
+    q: npt.NDArray[Any]
+    draft_ids: IntArray
+    draft_lens: IntArray
+    stop_ids: IntArray
+    remaining: IntArray
+    accept_counters: list[int]
+    terminal_counters: list[int]
+
+
+def host_batch(batch: SamplerBatch) -> HostBatch:
+    """:class:`HostBatch` of a CPU ``batch`` whose shapes were checked."""
+    return HostBatch(
+        p=host_array(batch.p),
+        q=host_array(batch.q),
+        draft_ids=batch.draft_ids.numpy(),
+        draft_lens=batch.draft_lens.numpy(),
+        stop_ids=batch.stop_ids.numpy(),
+        remaining=batch.remaining.numpy(),
+        accept_counters=batch.accept_counters.tolist(),
+        terminal_counters=batch.terminal_counters.tolist(),
+    )
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def structure_is_valid_on_host(host: HostBatch) -> bool:
+    """Whether the integer values pass :func:`~specround.sampling.validation.check_batch_structure`.
+
+    The same conditions evaluated with numpy (no tensor op); ``False`` means the caller runs the full
+    check, which raises the named error.
+    """
+    k_max, vocab = host.q.shape[1], host.p.shape[2]
+    lens, ids, stop_ids = host.draft_lens, host.draft_ids, host.stop_ids
+    if lens.size == 0:
+        return True
+    within = np.arange(k_max)[None, :] < lens[:, None]  # [B, K]
+    # Within the draft length an id lies in [0, V); beyond it, it is PAD_ID.
+    misplaced = ids != np.where(within, np.minimum(np.maximum(ids, 0), vocab - 1), PAD_ID)
+    return not (
+        lens.min() < 0
+        or lens.max() > k_max
+        or misplaced.any()
+        or host.remaining.min() < 1
+        or min(host.accept_counters) < 0
+        or max(host.accept_counters) > _INT64_MAX - k_max
+        or min(host.terminal_counters) < 0
+        or max(host.terminal_counters) > _INT64_MAX - 1
+        or (stop_ids.size > 0 and (stop_ids.min() < PAD_ID or stop_ids.max() > vocab - 1))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HostDraw:
+    """One inverse-CDF draw per row as numpy arrays (:class:`~specround.sampling.exact.InverseCdfDraw`)."""
+
+    tokens: IntArray
+    mass_before: FloatArray
+    token_mass: FloatArray
+    total: FloatArray
+
+
+def _last_true(mask: BoolArray) -> IntArray:
+    """[N] index of the last True entry of each row of ``mask`` [N, M] (M - 1 when a row has none)."""
+    return np.asarray((mask.shape[1] - 1) - mask[:, ::-1].argmax(1))
+
+
+def search_host(
+    block_sums: FloatArray, u: FloatArray, block_values: Callable[[IntArray], FloatArray]
+) -> HostDraw:
+    """Two-level inverse-CDF search over rows given by their float64 block sums and a block reader.
+
+    ``block_sums`` [N, nB] (the last block zero-padded to the block width), ``u`` [N] and
+    ``block_values(block [N]) -> [N, BS]`` returning the values the sums were taken over. The first block
+    whose cumulative mass exceeds ``u * total`` is the number of cumulative values ``<= u * total`` (the
+    cumulative masses are non-decreasing), then the same inside the block; a target at or above the last
+    cumulative value (only through rounding) falls back to the last positive-mass entry.
+    """
+    n_rows, n_blocks = block_sums.shape
+    rows = np.arange(n_rows)
+    cumulative = np.cumsum(block_sums, axis=1)  # [N, nB] sequential float64 sums
+    total = cumulative[:, -1]
+    target = u * total  # [N]
+    block = (cumulative <= target[:, None]).sum(1)  # [N] first cumulative value > target
+    if (block >= n_blocks).any():  # rounding put the target at the top: the last block with mass
+        block = np.where(block < n_blocks, block, _last_true(block_sums > 0))
+    prefix = np.where(block > 0, cumulative[rows, np.maximum(block - 1, 0)], 0.0)  # [N] <= target
+    values = block_values(block)  # [N, BS]
+    inside = prefix[:, None] + np.cumsum(values, axis=1)  # [N, BS]
+    offset = (inside <= target[:, None]).sum(1)
+    width = values.shape[1]
+    if (offset >= width).any():  # the block's own cumsum ended below its sum: its last positive entry
+        offset = np.where(offset < width, offset, _last_true(values > 0))
+    mass_before = np.where(offset > 0, inside[rows, np.maximum(offset - 1, 0)], prefix)
+    token_mass = values[rows, offset]
+    return HostDraw(block * width + offset, mass_before, token_mass, total)
+
+
+@dataclass(frozen=True, slots=True)
+class HostSeams:
+    """The functions of :mod:`specround.sampling.exact` the fast path calls, looked up there at call time."""
+
+    accepts: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    search: Callable[[FloatArray, FloatArray, Callable[[IntArray], FloatArray]], HostDraw]
+    check_all_rows: Callable[[SamplerBatch], None]
+    block_width: Callable[[int], int]
+    degenerate_tolerance: Callable[[torch.dtype], float]
+
+
+def _in_stop_set(tokens: IntArray, stop_sets: IntArray) -> BoolArray:
+    """[B, N] bool: ``tokens`` [B, N] is a (non-PAD) member of ``stop_sets`` [B, N, S]."""
+    return np.asarray(((tokens[:, :, None] == stop_sets) & (stop_sets != PAD_ID)).any(-1))
+
+
+def _first(mask: BoolArray) -> IntArray:
+    """[B] index of the first True entry of each row of ``mask`` [B, K] (K when none)."""
+    return np.asarray((np.cumsum(mask, axis=1) == 0).sum(1))
+
+
+def decide_on_host(
+    batch: SamplerBatch,
+    host: HostBatch,
+    accept_uniforms: torch.Tensor,
+    terminal_uniforms: torch.Tensor,
+    mode: ValidationMode,
+    seams: HostSeams,
+) -> SamplerDecision | None:
+    """The decision of a CPU batch whose structure was checked, or ``None`` for the reference path."""
+    if mode == "full":
+        seams.check_all_rows(batch)
+    n_batch, k_max = batch.draft_ids.shape
+    ids, lens, remaining, stop_ids = host.draft_ids, host.draft_lens, host.remaining, host.stop_ids
+    u = host_array(accept_uniforms)  # [B, K]
+    u_terminal = host_array(terminal_uniforms)  # [B]
+    positions = np.arange(k_max)
+    within = positions[None, :] < lens[:, None]  # [B, K]
+
+    # Gathered draft probabilities p_i(d_i), q_i(d_i) in float64 (widening is exact).
+    batch_index = np.arange(n_batch)[:, None]
+    safe_ids = np.maximum(ids, 0)
+    p_at = host.p[batch_index, positions[None, :], safe_ids].astype(_F64)  # [B, K]
+    q_at = host.q[batch_index, positions[None, :], safe_ids].astype(_F64)  # [B, K]
+    if ((~np.isfinite(p_at) | ~np.isfinite(q_at) | (p_at < 0) | (q_at <= 0)) & within).any():
+        return None
+    p_draft = np.where(within, p_at, 0.0)
+    q_draft = np.where(within, q_at, 1.0)
+
+    # Acceptance tests (the one written rule, as torch ops) and the leading accepted run A.
+    tested = seams.accepts(accept_uniforms, torch.from_numpy(p_draft), torch.from_numpy(q_draft))
+    accepted_tests = host_array(tested) & within
+    n_accepted = np.cumprod(accepted_tests, axis=1, dtype=np.int64).sum(1)  # [B] A
+
+    # A stop token or the length cap inside the accepted prefix.
+    ordinal = positions + 1
+    hit = (ordinal[None, :] <= n_accepted[:, None]) & (ordinal[None, :] == remaining[:, None])  # at cap
+    has_stop_ids = stop_ids.shape[-1] > 0
+    if has_stop_ids:
+        sets = stop_ids[:, None, :] if stop_ids.ndim == 2 else stop_ids[:, :k_max, :]
+        draft_stops = within & _in_stop_set(ids, sets)  # sets broadcast over positions when 2-D
+        hit |= (ordinal[None, :] <= n_accepted[:, None]) & draft_stops
+    first_hit = _first(hit)  # [B]
+    stopped = first_hit < k_max
+    stop_len = first_hit + 1
+    by_token = (
+        (draft_stops & (positions[None, :] == first_hit[:, None])).any(1) if has_stop_ids else stopped & False
+    )
+
+    needs_terminal = ~stopped
+    accept_draws = np.where(stopped, stop_len, np.minimum(n_accepted + 1, lens))
+    reached = positions[None, :] < accept_draws[:, None]
+    if (reached & (np.floor(u) != 0)).any() or (needs_terminal & (np.floor(u_terminal) != 0)).any():
+        return None
+
+    tokens = np.full(n_batch, PAD_ID, dtype=np.int64)
+    masses = np.full((3, n_batch), _NAN)  # total, before, token
+    drawing = np.flatnonzero(needs_terminal)
+    if drawing.size:
+        draw = _terminal_draws(batch, n_accepted, lens, drawing, u_terminal, mode, seams)
+        if draw is None:
+            return None
+        rows, drawn = draw
+        tokens[rows] = drawn.tokens
+        masses[:, rows] = (drawn.total, drawn.mass_before, drawn.token_mass)
+
+    # Finish rules for the terminal token at 1-based position A + 1.
+    at_cap = needs_terminal & (n_accepted + 1 == remaining)
+    if has_stop_ids:
+        terminal_sets = (
+            stop_ids[:, None, :] if stop_ids.ndim == 2 else stop_ids[np.arange(n_batch), n_accepted][:, None]
+        )
+        terminal_stop = needs_terminal & _in_stop_set(tokens[:, None], terminal_sets)[:, 0]
+        finished = stopped | terminal_stop | at_cap
+        stopped_by_token = np.where(stopped, by_token, terminal_stop)
+    else:
+        finished = stopped | at_cap
+        stopped_by_token = by_token
+
+    columns = np.arange(k_max + 1)
+    prefix_len = np.where(stopped, stop_len, n_accepted)
+    output_ids = np.full((n_batch, k_max + 1), PAD_ID, dtype=np.int64)
+    output_ids[:, :k_max] = np.where(columns[None, :k_max] < prefix_len[:, None], ids, PAD_ID)
+    at_terminal = needs_terminal[:, None] & (columns[None, :] == n_accepted[:, None])
+    output_ids = np.where(at_terminal, tokens[:, None], output_ids)
+    terminal_kind = np.where(n_accepted < lens, int(TerminalKind.CORRECTION), int(TerminalKind.BONUS))
+    terminal_kind = np.where(stopped, int(TerminalKind.STOP), terminal_kind).astype(np.int64)
+
+    def tensor(array: npt.NDArray[Any]) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(array))
+
+    return SamplerDecision(
+        output_ids=tensor(output_ids),
+        emitted=tensor(np.where(stopped, stop_len, n_accepted + 1)),
+        accepted=tensor(prefix_len),
+        terminal=tensor(terminal_kind),
+        finished=tensor(finished),
+        accept_draws=tensor(accept_draws),
+        terminal_draws=tensor(needs_terminal.astype(np.int64)),
+        p_draft=tensor(p_draft),
+        q_draft=tensor(q_draft),
+        accept_uniforms=tensor(np.where(reached, u, _NAN)),
+        terminal_uniform=tensor(np.where(needs_terminal, u_terminal, _NAN)),
+        terminal_row=tensor(np.where(needs_terminal, n_accepted, PAD_ID)),
+        residual_mass=tensor(masses[0]),
+        terminal_mass_before=tensor(masses[1]),
+        terminal_token_mass=tensor(masses[2]),
+        stopped_by_token=tensor(stopped_by_token),
+        degenerate_correction=tensor(np.zeros(n_batch, dtype=np.bool_)),
+    )
+
+
+COMPILE_ENV = "SPECROUND_SAMPLER_COMPILE"
+"""Set to ``1`` to run the terminal pass's elementwise work and row checks through ``torch.compile``."""
+
+_compiled_pass: Callable[..., tuple[torch.Tensor, list[torch.Tensor]]] | None = None
+
+
+def _residual_eager(
+    terminal: torch.Tensor, q_rows: torch.Tensor, *, with_stats: bool
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Row sums and minima of the gathered rows (read mode), then the residual in place (eager ops).
+
+    ``terminal`` [N, V] (a fresh gather: overwritten) holds the corrections' p rows first, ``q_rows``
+    [C, V] their q rows. Returns the terminal mass [N, V] in the rows' dtype and ``[p sums, p minima, q
+    sums, q minima]`` (the q pair only when C > 0; empty without ``with_stats``).
+    """
+    n_correction = q_rows.shape[0]
+    stats = [terminal.sum(1), terminal.amin(1)] if with_stats else []
+    if with_stats and n_correction:
+        stats += [q_rows.sum(1), q_rows.amin(1)]
+    if n_correction:
+        correction = terminal[:n_correction] if n_correction < terminal.shape[0] else terminal
+        correction.sub_(q_rows).clamp_min_(0.0)
+    return terminal, stats
+
+
+def _residual_functional(
+    terminal: torch.Tensor, q_rows: torch.Tensor, *, with_stats: bool
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """:func:`_residual_eager` without mutation, the form ``torch.compile`` fuses into one or two loops.
+
+    The residual is elementwise (a correctly rounded subtraction and a clamp), so the compiled values are
+    those of the eager ops; the sums only feed the tolerance check, which keeps a margin for their order.
+    """
+    n_correction = q_rows.shape[0]
+    stats = [terminal.sum(1), terminal.amin(1)] if with_stats else []
+    if with_stats and n_correction:
+        stats += [q_rows.sum(1), q_rows.amin(1)]
+    if not n_correction:
+        return terminal, stats
+    residual = (terminal[:n_correction] - q_rows).clamp_min(0.0)
+    return torch.cat((residual, terminal[n_correction:])), stats
+
+
+def _terminal_pass(
+    terminal: torch.Tensor, q_rows: torch.Tensor, *, with_stats: bool
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The residual and row checks, eager by default, compiled when :data:`COMPILE_ENV` is ``1``."""
+    global _compiled_pass
+    if os.environ.get(COMPILE_ENV) != "1":
+        return _residual_eager(terminal, q_rows, with_stats=with_stats)
+    if _compiled_pass is None:
+        _compiled_pass = torch.compile(_residual_functional, dynamic=True)
+    return _compiled_pass(terminal, q_rows, with_stats=with_stats)
+
+
+_WIDENED_CHUNK_BYTES = 8 << 20
+"""Float64 bytes widened at once by the block sums: one chunk of rows stays in the last-level cache."""
+_MAX_CHUNKS = 4
+"""At most this many chunks (so that the op count per decision stays bounded at any B)."""
+
+
+def _block_sums(blocks: torch.Tensor) -> FloatArray:
+    """Float64 sums of ``blocks`` [N, nB, BS] over the last axis: [N, nB].
+
+    torch widens a float32 input to float64 before reducing (the values, and the sums, are those of
+    ``blocks.to(float64).sum(-1)``); a large batch is reduced in up to four chunks of rows so that the
+    widened copy stays in cache instead of making a full float64 round trip through memory.
+    """
+    n_rows = blocks.shape[0]
+    rows_per_chunk = max(1, _WIDENED_CHUNK_BYTES // (8 * blocks.shape[1] * blocks.shape[2]))
+    rows_per_chunk = max(rows_per_chunk, -(-n_rows // _MAX_CHUNKS))  # a bounded number of tensor ops
+    if n_rows <= rows_per_chunk or blocks.dtype == torch.float64:
+        return host_array(blocks.sum(-1, dtype=torch.float64))
+    chunks = torch.split(blocks, rows_per_chunk)
+    return host_array(torch.cat([chunk.sum(-1, dtype=torch.float64) for chunk in chunks]))
+
+
+def _terminal_draws(
+    batch: SamplerBatch,
+    n_accepted: IntArray,
+    lens: IntArray,
+    drawing: IntArray,
+    u_terminal: FloatArray,
+    mode: ValidationMode,
+    seams: HostSeams,
+) -> tuple[IntArray, HostDraw] | None:
+    """The correction or bonus draws of the ``drawing`` requests from row ``A``; ``None``: reference path.
+
+    One gather of the terminal ``p`` rows and of the corrections' ``q`` rows; the residual of a
+    correction is taken in place in the rows' dtype and clamped at zero; float64 block sums by one
+    reduction (identical to widening first: torch reduces in the output dtype). Read mode checks the
+    gathered rows by their sums and minima.
+    """
+    p, q = batch.p, batch.q
+    k_max, vocab = q.shape[1], p.shape[2]
+    is_correction = n_accepted[drawing] < lens[drawing]
+    rows = np.concatenate((drawing[is_correction], drawing[~is_correction]))  # corrections first
+    a_rows = n_accepted[rows]
+    n_rows, n_correction = rows.shape[0], int(is_correction.sum())
+    terminal = p.reshape(-1, vocab).index_select(0, torch.from_numpy(rows * (k_max + 1) + a_rows))  # [N, V]
+    if n_correction:
+        q_index = torch.from_numpy(rows[:n_correction] * k_max + a_rows[:n_correction])
+        q_rows = q.reshape(-1, vocab).index_select(0, q_index)  # [C, V]
+    else:
+        q_rows = terminal[:0]  # [0, V]
+    terminal, stats = _terminal_pass(terminal, q_rows, with_stats=mode == "read")
+    if stats:
+        tolerance = normalisation_tolerance(p.dtype, vocab) * _TOLERANCE_MARGIN
+        values = host_array(torch.cat(stats)).astype(_F64)  # p sums, p minima[, q sums, q minima]
+        sizes = [int(t.shape[0]) for t in stats]
+        bounds = np.cumsum([0, *sizes])
+        totals = np.concatenate([values[bounds[i] : bounds[i + 1]] for i in range(0, len(sizes), 2)])
+        minima = np.concatenate([values[bounds[i] : bounds[i + 1]] for i in range(1, len(sizes), 2)])
+        # A NaN minimum or a non-finite sum fails its test; the reference path then names the error.
+        if not (np.abs(totals - 1.0) <= tolerance).all() or not (minima >= 0).all():
+            return None
+    width = seams.block_width(vocab)
+    extra = -vocab % width
+    padded = F.pad(terminal, (0, extra)) if extra else terminal  # [N, nB * BS], zero past V
+    blocks = padded.view(n_rows, -1, width)
+    block_sums = _block_sums(blocks)  # [N, nB]
+    if n_correction:
+        residual = np.cumsum(block_sums[:n_correction], axis=1)[:, -1]  # summed as the search sums it
+        if (residual <= seams.degenerate_tolerance(p.dtype)).any():
+            return None  # a degenerate correction: the reference path redraws it from p
+    mass_host = host_array(blocks)  # [N, nB, BS] the terminal mass in the rows' dtype
+    index = np.arange(n_rows)
+
+    def block_values(block: IntArray) -> FloatArray:
+        return np.asarray(mass_host[index, block].astype(_F64))  # [N, BS]
+
+    return rows, seams.search(block_sums, u_terminal[rows], block_values)

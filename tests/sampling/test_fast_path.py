@@ -1,0 +1,199 @@
+"""The CPU fast path decides exactly as the reference path, bit for bit, with a bounded number of tensor ops.
+
+The decision fixture pins machine-independent (dyadic) cases; these tests add realistic, rounding-sensitive
+inputs (softmax rows whose sums depend on the summation order) and compare the fast path with the reference
+path on the same machine, field by field, including the float64 masses of the inverse-CDF bracket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+import numpy as np
+import pytest
+import torch
+
+from specround.bench.sampler import make_sampler_inputs
+from specround.sampling import exact, fast_path
+from specround.sampling.exact import decide, decide_from_uniforms, round_uniforms
+from specround.sampling.fast_path import search_host
+from specround.sampling.op_count import count_tensor_ops
+from specround.sampling.rng import round_uniforms_host, uniforms, uniforms_host
+from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision, Stream
+
+OP_BUDGET = 60
+"""Target of issue 9: at most this many tensor ops per decision on the fast path, at any batch size."""
+
+
+def realistic_batch(
+    seed: int, n_batch: int, k_max: int, vocab: int, *, dtype: torch.dtype = torch.float32
+) -> SamplerBatch:
+    """Softmax target rows, draft rows near them, ragged draft lengths, stops (2-D or per position)."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = 2.0 * torch.randn(n_batch, k_max + 1, vocab, generator=gen, dtype=torch.float64)
+    p = torch.softmax(logits, -1).to(dtype)
+    q = torch.softmax(logits[:, :k_max] + 0.7 * torch.randn(n_batch, k_max, vocab, generator=gen), -1).to(
+        dtype
+    )
+    lens = torch.randint(0, k_max + 1, (n_batch,), generator=gen)
+    ids = torch.full((n_batch, k_max), PAD_ID, dtype=torch.int64)
+    for b in range(n_batch):
+        for i in range(int(lens[b])):
+            ids[b, i] = int(torch.multinomial(q[b, i].to(torch.float64), 1, generator=gen))
+    if seed % 3 == 0:
+        stop_ids = torch.randint(0, vocab, (n_batch, k_max + 1, 2), generator=gen)
+    elif seed % 3 == 1:
+        stop_ids = torch.cat([ids[:, :1].clamp_min(0), torch.full((n_batch, 1), PAD_ID)], dim=1)
+    else:
+        stop_ids = torch.zeros(n_batch, 0, dtype=torch.int64)
+    return SamplerBatch(
+        p=p,
+        q=q,
+        draft_ids=ids,
+        draft_lens=lens,
+        stop_ids=stop_ids,
+        remaining=torch.randint(1, k_max + 3, (n_batch,), generator=gen),
+        seeds=torch.randint(-(2**62), 2**62, (n_batch,), generator=gen),
+        accept_counters=torch.randint(0, 2**40, (n_batch,), generator=gen),
+        terminal_counters=torch.randint(0, 2**40, (n_batch,), generator=gen),
+    )
+
+
+def assert_same(fast: SamplerDecision, reference: SamplerDecision) -> None:
+    for f in fields(SamplerDecision):
+        a, b = getattr(fast, f.name), getattr(reference, f.name)
+        assert a.dtype == b.dtype and a.shape == b.shape, f.name
+        assert torch.equal(a.isnan(), b.isnan()) if a.is_floating_point() else True, f.name
+        if a.is_floating_point():
+            # Bit patterns of the non-NaN entries (signed zeros included).
+            keep = ~a.isnan()
+            assert torch.equal(a[keep].view(torch.int64), b[keep].view(torch.int64)), f.name
+        else:
+            assert torch.equal(a, b), f.name
+
+
+def reference(batch: SamplerBatch, mode: str = "read") -> SamplerDecision:
+    accept, terminal = round_uniforms(batch)
+    with torch.no_grad():
+        return exact._decide_reference(batch, accept, terminal, mode)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_fast_path_equals_the_reference_on_rounding_sensitive_rows(seed: int) -> None:
+    n_batch = (1, 2, 7, 33)[seed % 4]
+    vocab = (257, 1000, 4096, 50)[seed % 4]
+    dtype = torch.float64 if seed % 5 == 0 else torch.float32
+    batch = realistic_batch(seed, n_batch, 4, vocab, dtype=dtype)
+    assert_same(decide(batch), reference(batch))
+    assert_same(decide(batch, validate="full"), reference(batch, "full"))
+
+
+def test_fast_path_equals_the_reference_with_explicit_uniforms_near_one() -> None:
+    batch = realistic_batch(5, 16, 3, 300)
+    accept = torch.full((16, 3), 1.0 - 2.0**-53, dtype=torch.float64)  # reject every p(d) < q(d)
+    terminal = torch.linspace(0.0, 1.0 - 2.0**-53, 16, dtype=torch.float64)
+    fast = decide_from_uniforms(batch, accept, terminal)
+    with torch.no_grad():
+        assert_same(fast, exact._decide_reference(batch, accept, terminal, "read"))
+
+
+def test_the_fast_path_handles_the_decision_without_a_tensor_op_per_request() -> None:
+    """Tensor ops per decision do not grow with B and stay within the budget (K = 4)."""
+    counts = []
+    for n_batch in (1, 64, 300):
+        batch = make_sampler_inputs(n_batch, 4, 2048, seed=n_batch)  # every request draws a terminal token
+        count = count_tensor_ops(lambda batch=batch: decide(batch))
+        counts.append(count.total)
+        assert count.total <= OP_BUDGET, count.by_name
+        assert count.compute <= 16, count.by_name
+    # The only difference is a branch: the q-row gather and residual when some request is a correction.
+    assert max(counts) - min(counts) <= 12
+
+
+def test_the_reference_path_is_what_raises_refusals() -> None:
+    """A refused value reaches the reference path, which names the error (here q(d) = 0)."""
+    batch = realistic_batch(1, 2, 2, 64)
+    b = int((batch.draft_lens > 0).to(torch.int64).argmax())
+    q = batch.q.clone()
+    q[b, 0, int(batch.draft_ids[b, 0])] = 0.0
+    with pytest.raises(Exception, match="cannot have been proposed"):
+        decide(replace(batch, q=q))
+
+
+def test_host_philox_equals_the_torch_philox() -> None:
+    rng = np.random.default_rng(7)
+    for n in (1, 3, 16, 17, 200):  # the Python-integer path and the numpy path
+        seeds = rng.integers(-(2**63), 2**63 - 1, size=(n, 1), dtype=np.int64, endpoint=True)
+        seeds[0, 0] = -1
+        counters = rng.integers(0, 2**63 - 1, size=(n, 3), dtype=np.int64)
+        streams = np.array([[int(Stream.ACCEPT), int(Stream.TERMINAL), int(Stream.PROPOSAL)]])
+        expected = uniforms(torch.from_numpy(seeds), torch.from_numpy(streams), torch.from_numpy(counters))
+        assert np.array_equal(uniforms_host(seeds, streams, counters), expected.numpy())
+        first = rng.integers(0, 2**62, size=n, dtype=np.int64)
+        last = rng.integers(0, 2**62, size=n, dtype=np.int64)
+        drawn = round_uniforms_host(seeds[:, 0].tolist(), first.tolist(), last.tolist(), 4)
+        torch_accept = uniforms(
+            torch.from_numpy(seeds), int(Stream.ACCEPT), torch.from_numpy(first[:, None]) + torch.arange(4)
+        )
+        torch_terminal = uniforms(torch.from_numpy(seeds[:, 0]), int(Stream.TERMINAL), torch.from_numpy(last))
+        assert np.array_equal(drawn[:, :4], torch_accept.numpy())
+        assert np.array_equal(drawn[:, 4], torch_terminal.numpy())
+
+
+def _torch_search(
+    block_sums: torch.Tensor, u: torch.Tensor, values: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """The two-level search written with torch ops (searchsorted), as the sampler computed it before."""
+
+    def last_true(mask: torch.Tensor) -> torch.Tensor:
+        return (mask.shape[1] - 1) - mask.flip(1).to(torch.int64).argmax(1)
+
+    n_blocks = block_sums.shape[1]
+    cumulative = block_sums.cumsum(1)
+    total = cumulative[:, -1]
+    target = u * total
+    block = torch.searchsorted(cumulative, target[:, None], right=True).squeeze(1)
+    block = torch.where(block < n_blocks, block, last_true(block_sums > 0))
+    before = cumulative.gather(1, (block - 1).clamp_min(0)[:, None]).squeeze(1)
+    prefix = torch.where(block > 0, before, torch.zeros_like(before))
+    width = values.shape[2]
+    chosen = values[torch.arange(values.shape[0]), block]
+    inside = prefix[:, None] + chosen.cumsum(1)
+    offset = torch.searchsorted(inside, target[:, None], right=True).squeeze(1)
+    offset = torch.where(offset < width, offset, last_true(chosen > 0))
+    before_token = inside.gather(1, (offset - 1).clamp_min(0)[:, None]).squeeze(1)
+    mass_before = torch.where(offset > 0, before_token, prefix)
+    token_mass = chosen.gather(1, offset[:, None]).squeeze(1)
+    return block * width + offset, mass_before, token_mass, total
+
+
+def test_host_search_equals_the_torch_search_bit_for_bit() -> None:
+    gen = torch.Generator().manual_seed(3)
+    for trial in range(40):
+        n_rows, n_blocks, width = 1 + trial % 9, 1 + trial % 13, (1, 7, 256)[trial % 3]
+        values = torch.rand(n_rows, n_blocks, width, generator=gen, dtype=torch.float64) ** 6
+        values[values < 0.05] = 0.0  # zero-mass tokens and blocks
+        values[0, 0] = 0.0
+        values[:, -1, -1] = 1e-3  # every row keeps some mass
+        block_sums = values.sum(-1)
+        u = torch.rand(n_rows, generator=gen, dtype=torch.float64)
+        u[0] = 1.0 - 2.0**-53
+        expected = _torch_search(block_sums, u, values)
+        host_values = values.numpy()
+        got = search_host(
+            block_sums.numpy(), u.numpy(), lambda block, v=host_values, n=n_rows: v[np.arange(n), block]
+        )
+        for mine, theirs in zip(
+            (got.tokens, got.mass_before, got.token_mass, got.total), expected, strict=True
+        ):
+            assert np.array_equal(mine, theirs.numpy())
+
+
+def test_chunked_block_sums_keep_the_decision_and_the_op_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a tiny widening budget the float64 block sums run in (at most four) chunks of rows."""
+    monkeypatch.setattr(fast_path, "_WIDENED_CHUNK_BYTES", 4096)
+    for n_batch in (5, 40):
+        batch = make_sampler_inputs(n_batch, 3, 700, seed=n_batch)
+        assert_same(decide(batch), reference(batch))
+        count = count_tensor_ops(lambda batch=batch: decide(batch))
+        assert count.by_name["split"] == 1 and count.total <= OP_BUDGET, count.by_name
