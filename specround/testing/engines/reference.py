@@ -29,6 +29,20 @@ from specround.testing.models import LogitsModel
 __all__ = ["ReferenceEngine"]
 
 
+_BLOCK = 32
+"""Uniforms computed per RNG call (one vectorised Philox call instead of one per draw)."""
+
+
+def _sample(row: torch.Tensor, u: float) -> int:
+    """A proposal draw from a float64 row ``[V]``: the first token whose cumulative mass exceeds ``u``."""
+    cdf = torch.cumsum(row, dim=0)  # [V]
+    index = int(torch.searchsorted(cdf, torch.tensor([u * float(cdf[-1])], dtype=cdf.dtype), right=True)[0])
+    index = min(index, row.shape[0] - 1)
+    while float(row[index]) <= 0.0 and index > 0:  # never a zero-mass token (rounding at the top end)
+        index -= 1
+    return index
+
+
 def _draw(row: torch.Tensor, u: float) -> int:
     """Inverse-CDF draw of one token from an unnormalised float64 row ``[V]`` (specround's rule)."""
     return int(inverse_cdf(row[None, :], torch.tensor([u], dtype=torch.float64)).tokens[0])
@@ -46,13 +60,22 @@ class _Run:
     """The state the target's rows are built from (equal to ``published`` in a correct engine)."""
     out: list[int] = field(default_factory=list)
     counters: dict[Stream, int] = field(default_factory=lambda: dict.fromkeys(Stream, 0))
+    drawn: dict[Stream, list[float]] = field(default_factory=dict)
+    """Uniforms of each stream computed so far (counter-based, so computed in blocks)."""
     stopped: bool = False
 
     def uniform(self, stream: Stream) -> float:
-        """The next uniform of ``stream``."""
-        value = float(uniforms(self.seed, stream, self.counters[stream]))
+        """The next uniform of ``stream``: ``uniforms(seed, stream, counter)``."""
+        counter = self.counters[stream]
+        if not self.drawn:  # the first block of every stream in one vectorised call
+            streams = torch.tensor([int(s) for s in Stream])[:, None]  # [3, 1]
+            first = uniforms(self.seed, streams, torch.arange(_BLOCK)[None, :]).tolist()  # [3, BLOCK]
+            self.drawn = {s: first[i] for i, s in enumerate(Stream)}
+        block = self.drawn[stream]
+        if counter >= len(block):
+            block.extend(uniforms(self.seed, stream, torch.arange(len(block), len(block) + _BLOCK)).tolist())
         self.counters[stream] += 1
-        return value
+        return block[counter]
 
 
 class ReferenceEngine:
@@ -145,7 +168,7 @@ class ReferenceEngine:
             if len(drafts) == k:
                 bonus_q = sample_row  # the draft's row after the last draft (read by a planted bug only)
                 break
-            token = _draw(sample_row, run.uniform(Stream.PROPOSAL))
+            token = _sample(sample_row, run.uniform(Stream.PROPOSAL))
             drafts.append(token)
             q_used.append(q_row)
             draft_chain.advance(token)
