@@ -49,6 +49,9 @@ class RoundTrace:
     """[k+1, V] the target's processed rows the engine decided with."""
     emitted: tuple[int, ...]
     """Tokens the round appended to the output."""
+    sampling_rows: torch.Tensor | None = None
+    """[k, V] the rows the drafts were actually drawn from, when the engine can expose them (read at the
+    sampling call itself); ``q_rows`` must equal them."""
     accept_uniforms: tuple[float, ...] | None = None
     """The uniforms of the reached acceptance tests, when the engine exposes them."""
     terminal_uniform: float | None = None

@@ -14,7 +14,7 @@ import torch
 
 from specround.errors import ShapeMismatchError
 
-__all__ = ["CompactLlamaLogits", "FunctionLogits", "LogitsModel", "TransformersLogits"]
+__all__ = ["CompactLlamaLogits", "FunctionLogits", "LogitsModel", "TransformersLogits", "logits_after"]
 
 
 @runtime_checkable
@@ -26,6 +26,17 @@ class LogitsModel(Protocol):
     def next_logits(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
         """``[B, V]`` float64: the logits after each of ``B`` sequences (all of one length, >= 1)."""
         ...
+
+
+def logits_after(model: LogitsModel, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
+    """``[B, V]`` float64 logits after each sequence, of any lengths: one model call per length."""
+    by_length: dict[int, list[int]] = {}
+    for i, seq in enumerate(sequences):
+        by_length.setdefault(len(seq), []).append(i)
+    out = torch.empty(len(sequences), model.vocab_size, dtype=torch.float64)
+    for indices in by_length.values():
+        out[indices] = model.next_logits([sequences[i] for i in indices]).to(torch.float64)
+    return out
 
 
 def _batch(sequences: Sequence[Sequence[int]]) -> torch.Tensor:

@@ -3,8 +3,8 @@
 Check names (each explained, with what it proves and cannot prove, in ``specs/conformance-kit.md``):
 ``law`` (black box: chi-square and TV against the exact target law), ``stop`` (nothing after EOS),
 ``seed-reproducible`` and ``batch-invariance`` (the RNG contract), and the white-box round checks
-``q-sampled``, ``decisions`` and ``processor-state``; ``audit`` is an engine's own log audit
-(specround's engines).
+``q-sampled`` (with the advisory ``q-declared``), ``decisions`` and ``processor-state``; ``audit`` is an
+engine's own log audit (specround's engines).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ CHECKS: tuple[str, ...] = (
     "seed-reproducible",
     "batch-invariance",
     "q-sampled",
+    "q-declared",
     "decisions",
     "processor-state",
     "audit",
@@ -49,10 +50,21 @@ class CheckResult:
     checked: int = 0
     """Samples, requests or rounds the check looked at."""
     detail: str = ""
+    advisory: bool = False
+    """An advisory check (``q-declared``) reports a weakness that leaves the output exact: it never fails
+    the report."""
+
+    @property
+    def verdict(self) -> str:
+        """``PASS``, ``FAIL``, or ``WARN`` (a failed advisory check)."""
+        if self.passed:
+            return "PASS"
+        return "WARN" if self.advisory else "FAIL"
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-able fields (infinite statistics as the string ``"inf"``)."""
+        """JSON-able fields (infinite statistics as the string ``"inf"``), with the verdict."""
         data = asdict(self)
+        data["verdict"] = self.verdict
         for key, value in data.items():
             if isinstance(value, float) and not math.isfinite(value):
                 data[key] = str(value)
@@ -71,12 +83,12 @@ class ConformanceReport:
 
     @property
     def passed(self) -> bool:
-        """Every check passed."""
-        return all(r.passed for r in self.results)
+        """Every check passed (advisory ones aside)."""
+        return all(r.passed or r.advisory for r in self.results)
 
     def failed(self) -> list[str]:
-        """Names of the failed checks (each once, in table order)."""
-        names = {r.check for r in self.results if not r.passed}
+        """Names of the failed checks, advisory ones aside (each once, in table order)."""
+        names = {r.check for r in self.results if not r.passed and not r.advisory}
         return [c for c in CHECKS if c in names] + sorted(names - set(CHECKS))
 
     def result(self, check: str, prompt: int = 0, setting: str | None = None) -> CheckResult:

@@ -4,10 +4,11 @@ Each check takes the traces of some requests (:class:`~specround.testing.engine.
 round) and returns the violations it found as readable strings:
 
 * ``q-sampled`` (:func:`check_q_sampled`): the q rows the engine reported are the distributions that
-  sampled the drafts: recomputed independently from the draft model (its raw logits at each prefix,
-  processed by the kit's chain advanced over the prompt, the published output and the earlier drafts),
-  they agree within :data:`ROW_ATOL`; every draft has q > 0. A proposer with no q rows (prompt lookup) is
-  one-hot, which needs nothing recomputed.
+  sampled the drafts, within :data:`ROW_ATOL`: compared with the rows read at the sampling call when the
+  trace has them, else with the draft model's row recomputed independently (its raw logits at each
+  prefix, processed by the kit's chain advanced over the prompt, the published output and the earlier
+  drafts); every draft has q > 0. The advisory ``q-declared`` compares q with that recomputed row in any
+  case. A proposer with no q rows (prompt lookup) is one-hot, which needs nothing recomputed.
 * ``processor-state`` (:func:`check_processor_state`): the p rows the engine decided with are the
   target's rows processed at the state advanced over the *published* tokens (then along the drafts), within
   :data:`ROW_ATOL`: a state advanced over rejected drafts, a stale state or a missing processor shows here.
@@ -31,7 +32,7 @@ from specround.errors import InputError
 from specround.sampling.exact import decide_from_uniforms
 from specround.sampling.types import SamplerBatch
 from specround.testing.engine import EngineRequest, RoundTrace
-from specround.testing.models import LogitsModel
+from specround.testing.models import LogitsModel, logits_after
 
 __all__ = [
     "ROW_ATOL",
@@ -62,15 +63,23 @@ def _rows(model: LogitsModel, request: EngineRequest, trace: RoundTrace, n: int)
     """
     context = _context(request, trace)
     drafts = list(trace.draft_ids)
-    raw = model.next_logits([context + drafts[:i] for i in range(n)])  # [n, V]
+    raw = logits_after(model, [context + drafts[:i] for i in range(n)])  # [n, V]
     chain = request.settings.chain(model.vocab_size)
     chain.advance_many(context)
     return chain.rows_along(raw, drafts)
 
 
-def check_q_sampled(traced: Sequence[Traced], draft: LogitsModel | None) -> tuple[list[str], int]:
-    """Violations of ``q-sampled`` and the number of rounds checked."""
+def check_q_sampled(traced: Sequence[Traced], draft: LogitsModel | None) -> tuple[list[str], list[str], int]:
+    """Violations of ``q-sampled``, of the advisory ``q-declared``, and the number of rounds checked.
+
+    ``q-sampled`` (the exactness contract): the reported q rows are the rows that sampled the drafts. When
+    the trace holds the rows read at the sampling call (``sampling_rows``) q is compared with them;
+    otherwise with the draft model's row recomputed under the declared settings. Every draft needs q > 0.
+    ``q-declared`` (advisory): q equals that recomputed declared row. A proposer that samples from some
+    other row and reports it faithfully stays exact but drafts worse tokens than it was asked to.
+    """
     found: list[str] = []
+    advisory: list[str] = []
     checked = 0
     for request, traces in traced:
         for r, trace in enumerate(traces):
@@ -78,19 +87,25 @@ def check_q_sampled(traced: Sequence[Traced], draft: LogitsModel | None) -> tupl
             if k == 0 or trace.q_rows is None:
                 continue
             checked += 1
+            where = f"seed {request.seed} round {r}"
             q = trace.q_rows.to(torch.float64)  # [k, V]
             zero = [i for i, d in enumerate(trace.draft_ids) if float(q[i, d]) <= 0.0]
             if zero:
-                found.append(f"seed {request.seed} round {r}: drafts at {zero} have q = 0")
-            if draft is None:
-                continue
-            expected = _rows(draft, request, trace, k)  # [k, V]
-            gap = float((q - expected).abs().max())
-            if gap > ROW_ATOL:
-                found.append(
-                    f"seed {request.seed} round {r}: q differs from the draft's processed row by {gap:.3g}"
-                )
-    return found, checked
+                found.append(f"{where}: drafts at {zero} have q = 0")
+            declared_gap = None
+            if draft is not None:
+                declared_gap = float((q - _rows(draft, request, trace, k)).abs().max())  # [k, V] rows
+                if declared_gap > ROW_ATOL:
+                    advisory.append(
+                        f"{where}: q differs from the draft's declared processed row by {declared_gap:.3g}"
+                    )
+            if trace.sampling_rows is not None:
+                gap = float((q - trace.sampling_rows.to(torch.float64)).abs().max())
+                if gap > ROW_ATOL:
+                    found.append(f"{where}: q differs from the row that sampled the drafts by {gap:.3g}")
+            elif declared_gap is not None and declared_gap > ROW_ATOL:
+                found.append(f"{where}: q differs from the draft's processed row by {declared_gap:.3g}")
+    return found, advisory, checked
 
 
 def check_processor_state(traced: Sequence[Traced], target: LogitsModel) -> tuple[list[str], int]:

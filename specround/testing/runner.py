@@ -35,10 +35,26 @@ Progress = Callable[[str], None]
 
 
 def _verdict(
-    check: str, prompt: int, setting: str, found: Sequence[str], checked: int, what: str
+    check: str,
+    prompt: int,
+    setting: str,
+    found: Sequence[str],
+    checked: int,
+    what: str,
+    *,
+    advisory: bool = False,
 ) -> CheckResult:
     detail = f"{len(found)} of {checked} {what}" + (f"; first: {found[0]}" if found else "")
-    return CheckResult(check, prompt, setting, not found, float(len(found)), checked=checked, detail=detail)
+    return CheckResult(
+        check,
+        prompt,
+        setting,
+        not found,
+        float(len(found)),
+        checked=checked,
+        detail=detail,
+        advisory=advisory,
+    )
 
 
 def conform(
@@ -113,8 +129,12 @@ def conform(
             found = check_batch_invariance(engine, head, head_out)
             report.results.append(_verdict("batch-invariance", p_index, label, found, len(head), "requests"))
             if traced:
-                found, n = check_q_sampled(traced, draft)
+                found, advisory, n = check_q_sampled(traced, draft)
                 report.results.append(_verdict("q-sampled", p_index, label, found, n, "drafted rounds"))
+                if draft is not None:
+                    report.results.append(
+                        _verdict("q-declared", p_index, label, advisory, n, "drafted rounds", advisory=True)
+                    )
                 found, n = check_decisions(traced, target.vocab_size)
                 report.results.append(_verdict("decisions", p_index, label, found, n, "rounds"))
                 found, n = check_processor_state(traced, target)

@@ -24,7 +24,7 @@ from specround.sampling.processors.chain import ProcessorChain
 from specround.sampling.rng import uniforms
 from specround.sampling.types import Stream
 from specround.testing.engine import EngineRequest, RoundTrace
-from specround.testing.models import LogitsModel
+from specround.testing.models import LogitsModel, logits_after
 
 __all__ = ["ReferenceEngine"]
 
@@ -161,6 +161,7 @@ class ReferenceEngine:
         # Draft: k tokens, each from the draft's row processed at the published state + earlier drafts.
         drafts: list[int] = []
         q_used: list[torch.Tensor] = []
+        sampled_from: list[torch.Tensor] = []
         draft_chain = run.published.clone()
         for _ in range(k + 1):
             logits = self.draft.next_logits([context + drafts])[0]  # [V]
@@ -171,9 +172,10 @@ class ReferenceEngine:
             token = _sample(sample_row, run.uniform(Stream.PROPOSAL))
             drafts.append(token)
             q_used.append(q_row)
+            sampled_from.append(sample_row)
             draft_chain.advance(token)
         # Verify: the target's rows at every prefix of the drafts, at the target-side state.
-        raw = self.target.next_logits([context + drafts[:i] for i in range(k + 1)])  # [k+1, V]
+        raw = logits_after(self.target, [context + drafts[:i] for i in range(k + 1)])  # [k+1, V]
         p_rows = run.target_state.rows_along(raw, drafts)  # [k+1, V]
         q_rows = torch.stack(q_used) if q_used else torch.zeros(0, p_rows.shape[1], dtype=torch.float64)
         # Decide: the leading run of accepted tests; an accepted EOS ends the request there.
@@ -207,6 +209,7 @@ class ReferenceEngine:
             q_rows=q_rows,
             p_rows=p_rows,
             emitted=tuple(emitted),
+            sampling_rows=torch.stack(sampled_from) if sampled_from else None,
             accept_uniforms=tuple(accept_u),
             terminal_uniform=terminal_u,
         )
