@@ -142,5 +142,16 @@ def conform(
             audit = getattr(engine, "self_audit", None)
             if callable(audit):
                 found = list(audit())
-                report.results.append(_verdict("audit", p_index, label, found, samples, "audit findings"))
+                report.results.append(
+                    CheckResult(
+                        "audit",
+                        p_index,
+                        label,
+                        not found,
+                        float(len(found)),
+                        checked=samples,
+                        detail=f"{len(found)} findings in the engine's logs"
+                        + (f"; first: {found[0]}" if found else ""),
+                    )
+                )
     return report
