@@ -44,6 +44,10 @@ def _load(path: str, gguf: str | None, device: str) -> Any:
         from transformers import AutoModelForCausalLM
     except ImportError as exc:  # pragma: no cover - transformers is a dependency of the dev extra
         raise ModelLoadError("the transformers package is not installed") from exc
+    from pathlib import Path
+
+    if not Path(path).is_dir():
+        raise ModelLoadError(f"cannot load a causal LM from {path!r}: no such directory")
     try:
         kwargs: dict[str, Any] = {"local_files_only": True, "dtype": torch.float32}
         if gguf is not None:
@@ -102,7 +106,6 @@ def conform_transformers(
 
     from specround.errors import SpecroundError
 
-    err = Console(stderr=True)
     try:
         if (assistant is None) == (prompt_lookup is None):
             raise typer.BadParameter("give exactly one of --assistant and --prompt-lookup")
@@ -129,10 +132,9 @@ def conform_transformers(
             trace,
             num_assistant_tokens,
             device,
-            err,
         )
     except SpecroundError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
         raise typer.Exit(2) from exc
     from specround.testing.render import render_report, report_json
 
@@ -165,7 +167,6 @@ def _run(
     trace: int,
     num_assistant_tokens: int | None,
     device: str,
-    err: Any,
 ) -> Any:
     """Validate, load, run; returns the report (SpecroundError on bad input)."""
     from specround.errors import InvalidRequestError, ModelLoadError
@@ -226,5 +227,5 @@ def _run(
         draft=draft,
         base_seed=seed,
         trace_requests=trace,
-        progress=lambda line: err.print(line, markup=False, highlight=False),
+        progress=lambda line: typer.echo(line, err=True),
     )

@@ -1,7 +1,7 @@
 """The reference engine passes every check; every planted-bug engine fails with the right check named.
 
-Statistics: the reference engine runs N = 600 samples of H = 4 tokens at alpha = 0.01 (the stated
-detectable TV is printed in the failure message and asserted below 0.15); seeds are fixed, so each
+Statistics: the reference engine runs N = 400 samples of H = 4 tokens at alpha = 0.01 (the stated
+detectable TV is printed in the failure message and asserted below 0.18); seeds are fixed, so each
 verdict is deterministic, and a correct engine passes the law test with probability 0.99 over the choice
 of seeds. The planted bugs run N = 100 with 16 traced requests (the white-box and RNG checks name them;
 the black-box law test catches the distribution bugs too once N is large enough, asserted for
@@ -36,7 +36,7 @@ def run(
 
 
 def test_the_reference_engine_passes_every_check(toy_target: ToyLM, toy_draft: ToyLM) -> None:
-    report = run(ReferenceEngine(toy_target, toy_draft, k=3), toy_target, toy_draft, 600)
+    report = run(ReferenceEngine(toy_target, toy_draft, k=3), toy_target, toy_draft, 400)
     law = report.result("law")
     assert report.passed, [r.detail for r in report.results if not r.passed]
     assert {r.check for r in report.results} >= {
@@ -49,7 +49,7 @@ def test_the_reference_engine_passes_every_check(toy_target: ToyLM, toy_draft: T
         "decisions",
         "processor-state",
     }
-    assert law.detectable_tv is not None and law.detectable_tv < 0.15, law.detail
+    assert law.detectable_tv is not None and law.detectable_tv < 0.18, law.detail
     assert law.tv_low == 0.0
     assert report.result("decisions").checked >= 24  # every traced round was re-derived
 
