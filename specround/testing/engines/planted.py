@@ -26,7 +26,7 @@ import torch
 
 from specround.sampling.processors.chain import ProcessorChain
 from specround.testing.engine import EngineRequest
-from specround.testing.engines.reference import ReferenceEngine, _Run
+from specround.testing.engines.reference import ReferenceEngine, RequestRun
 from specround.testing.models import LogitsModel
 
 __all__ = ["EXPECTED_FAILURE", "PlantedBug", "PlantedBugEngine"]
@@ -70,7 +70,7 @@ class PlantedBugEngine(ReferenceEngine):
         return request.seed
 
     def q_rows(
-        self, run: _Run, logits: torch.Tensor, chain: ProcessorChain
+        self, run: RequestRun, logits: torch.Tensor, chain: ProcessorChain
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The raw softmax as q under ``raw-q-under-top-k``."""
         sample_row, q_row = super().q_rows(run, logits, chain)
@@ -78,7 +78,7 @@ class PlantedBugEngine(ReferenceEngine):
             q_row = torch.softmax(logits.to(torch.float64), dim=-1)
         return sample_row, q_row
 
-    def advance_target_state(self, run: _Run, drafts: Sequence[int], emitted: Sequence[int]) -> None:
+    def advance_target_state(self, run: RequestRun, drafts: Sequence[int], emitted: Sequence[int]) -> None:
         """Advance over the drafts, rejected ones included, under ``penalty-over-rejected``."""
         if self.bug is not PlantedBug.PENALTY_OVER_REJECTED:
             super().advance_target_state(run, drafts, emitted)

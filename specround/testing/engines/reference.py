@@ -26,7 +26,7 @@ from specround.sampling.types import Stream
 from specround.testing.engine import EngineRequest, RoundTrace
 from specround.testing.models import LogitsModel, logits_after
 
-__all__ = ["ReferenceEngine"]
+__all__ = ["ReferenceEngine", "RequestRun"]
 
 
 _BLOCK = 32
@@ -49,8 +49,8 @@ def _draw(row: torch.Tensor, u: float) -> int:
 
 
 @dataclass
-class _Run:
-    """The working state of one request."""
+class RequestRun:
+    """The working state of one request inside the reference engine (what the hooks see)."""
 
     request: EngineRequest
     seed: int
@@ -107,13 +107,13 @@ class ReferenceEngine:
         return request.seed
 
     def q_rows(
-        self, run: _Run, logits: torch.Tensor, chain: ProcessorChain
+        self, run: RequestRun, logits: torch.Tensor, chain: ProcessorChain
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """*Hook*: (row the draft is sampled from, row reported and used as q), both ``[V]``."""
         row = chain.distribution(logits)
         return row, row
 
-    def advance_target_state(self, run: _Run, drafts: Sequence[int], emitted: Sequence[int]) -> None:
+    def advance_target_state(self, run: RequestRun, drafts: Sequence[int], emitted: Sequence[int]) -> None:
         """*Hook*: move the target-side processor state after a round (over the emitted tokens)."""
         del drafts
         run.target_state.advance_many(emitted)
@@ -146,13 +146,13 @@ class ReferenceEngine:
         vocab = self.target.vocab_size
         published = request.settings.chain(vocab)
         published.advance_many(request.prompt)
-        run = _Run(request, seed, published, published.clone())
+        run = RequestRun(request, seed, published, published.clone())
         traces: list[RoundTrace] = []
         while len(run.out) < request.horizon and not run.stopped:
             traces.append(self._round(run))
         return tuple(run.out[: request.horizon]), traces
 
-    def _round(self, run: _Run) -> RoundTrace:
+    def _round(self, run: RequestRun) -> RoundTrace:
         request = run.request
         eos = request.settings.eos_token_id
         remaining = request.horizon - len(run.out)
