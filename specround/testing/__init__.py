@@ -18,20 +18,54 @@ serving loop (:mod:`specround.testing.specround_engine`), a correct reference en
 and what it cannot, is in ``specs/conformance-kit.md``.
 """
 
-from specround.testing.engine import Engine, EngineRequest, RoundTrace, TracingEngine
-from specround.testing.law import CellLaw, target_law
-from specround.testing.lawtest import LawTest, detectable_tv, law_test, tv_half_width
-from specround.testing.models import (
-    CompactLlamaLogits,
-    FunctionLogits,
-    LogitsModel,
-    TransformersLogits,
-    logits_after,
-)
-from specround.testing.power import DISTORTIONS, PowerCheck, distort, rejection_rate
-from specround.testing.results import CHECKS, CheckResult, ConformanceReport
-from specround.testing.runner import conform
-from specround.testing.settings import SamplingSettings
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specround.testing.engine import Engine, EngineRequest, RoundTrace, TracingEngine
+    from specround.testing.law import CellLaw, target_law
+    from specround.testing.lawtest import LawTest, detectable_tv, law_test, tv_half_width
+    from specround.testing.models import (
+        CompactLlamaLogits,
+        FunctionLogits,
+        LogitsModel,
+        TransformersLogits,
+        logits_after,
+    )
+    from specround.testing.power import DISTORTIONS, PowerCheck, distort, rejection_rate
+    from specround.testing.results import CHECKS, CheckResult, ConformanceReport
+    from specround.testing.runner import conform
+    from specround.testing.settings import SamplingSettings
+
+_EXPORTS: dict[str, str] = {
+    "CHECKS": "specround.testing.results",
+    "CellLaw": "specround.testing.law",
+    "CheckResult": "specround.testing.results",
+    "CompactLlamaLogits": "specround.testing.models",
+    "ConformanceReport": "specround.testing.results",
+    "DISTORTIONS": "specround.testing.power",
+    "Engine": "specround.testing.engine",
+    "EngineRequest": "specround.testing.engine",
+    "FunctionLogits": "specround.testing.models",
+    "LawTest": "specround.testing.lawtest",
+    "LogitsModel": "specround.testing.models",
+    "PowerCheck": "specround.testing.power",
+    "RoundTrace": "specround.testing.engine",
+    "SamplingSettings": "specround.testing.settings",
+    "TracingEngine": "specround.testing.engine",
+    "TransformersLogits": "specround.testing.models",
+    "conform": "specround.testing.runner",
+    "detectable_tv": "specround.testing.lawtest",
+    "distort": "specround.testing.power",
+    "law_test": "specround.testing.lawtest",
+    "logits_after": "specround.testing.models",
+    "rejection_rate": "specround.testing.power",
+    "target_law": "specround.testing.law",
+    "tv_half_width": "specround.testing.lawtest",
+}
+"""Public name -> defining module; imported on first use, so ``specround conform --help`` loads no torch."""
 
 __all__ = [
     "CHECKS",
@@ -59,3 +93,17 @@ __all__ = [
     "target_law",
     "tv_half_width",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from the module that defines it, on first use."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'specround.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -61,3 +61,18 @@ def test_bad_input_is_refused(toy_target: ToyLM) -> None:
         SamplingSettings(temperature=0.0)
     with pytest.raises(InvalidRequestError):
         SamplingSettings(top_p=1.5)
+
+
+def test_the_kit_exports_resolve_lazily() -> None:
+    import importlib
+    import subprocess
+    import sys
+
+    import specround.testing as kit
+
+    assert set(kit.__all__) == set(kit._EXPORTS)
+    for name, module in kit._EXPORTS.items():
+        assert getattr(kit, name) is getattr(importlib.import_module(module), name), name
+    code = "import sys, specround.cli; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False"]  # registering `specround conform` loads no torch
