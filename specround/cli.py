@@ -11,6 +11,8 @@ from typing import Annotated, TypeVar
 
 import typer
 
+from specround.testing.cli import conform_app
+
 _Item = TypeVar("_Item")
 
 app = typer.Typer(
@@ -24,6 +26,7 @@ bench_app = typer.Typer(
     help="Benchmarks; each prints JSON with ratios measured in one run.", no_args_is_help=True
 )
 app.add_typer(bench_app, name="bench")
+app.add_typer(conform_app, name="conform")
 
 
 def _comma_list(text: str, convert: Callable[[str], _Item], option: str, what: str) -> list[_Item]:

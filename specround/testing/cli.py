@@ -1,0 +1,231 @@
+"""``specround conform ...``: run the conformance kit from the command line.
+
+``specround conform transformers --model PATH (--assistant PATH | --prompt-lookup N) [sampling options]
+--samples N [--json]`` loads a local transformers causal LM (offline: ``local_files_only``; a directory
+saved with ``save_pretrained``, or a GGUF file inside it with ``--gguf``), runs its assisted generation
+under the kit, and prints the verdict table (check, statistic, p-value, TV with CI, verdict). Exit status:
+0 when every check passed, 1 when one failed, 2 on bad input (one line on stderr). Progress goes to
+stderr.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+__all__ = ["conform_app"]
+
+conform_app = typer.Typer(
+    help="Conformance kit: is an engine's speculative decoding exact? One named check per contract.",
+    no_args_is_help=True,
+)
+
+
+def _prompt_ids(text: str) -> list[int]:
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(
+            f"not a comma-separated list of token ids: {text!r}", param_hint="--prompt-ids"
+        ) from None
+    if not ids:
+        raise typer.BadParameter("a prompt needs at least one token id", param_hint="--prompt-ids")
+    return ids
+
+
+def _load(path: str, gguf: str | None, device: str) -> Any:
+    """A causal LM from a local directory (float32, eval mode); ModelLoadError on failure."""
+    import torch
+
+    from specround.errors import ModelLoadError
+
+    try:
+        from transformers import AutoModelForCausalLM
+    except ImportError as exc:  # pragma: no cover - transformers is a dependency of the dev extra
+        raise ModelLoadError("the transformers package is not installed") from exc
+    from pathlib import Path
+
+    if not Path(path).is_dir():
+        raise ModelLoadError(f"cannot load a causal LM from {path!r}: no such directory")
+    try:
+        kwargs: dict[str, Any] = {"local_files_only": True, "dtype": torch.float32}
+        if gguf is not None:
+            kwargs["gguf_file"] = gguf
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(f"cannot load a causal LM from {path!r}: {first}") from exc
+    return model.to(device).eval()  # type: ignore[arg-type]
+
+
+def _eos(model: Any, given: int | None) -> int | None:
+    if given is not None:
+        return None if given < 0 else given
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if isinstance(eos, (list, tuple)):
+        return int(eos[0]) if eos else None
+    return int(eos) if eos is not None else None
+
+
+@conform_app.command("transformers")
+def conform_transformers(
+    model: str = typer.Option(..., "--model", help="Target: a local transformers model directory."),
+    assistant: str | None = typer.Option(None, "--assistant", help="Assistant (draft) model directory."),
+    prompt_lookup: int | None = typer.Option(
+        None, "--prompt-lookup", help="Prompt lookup with this many candidate tokens (no assistant)."
+    ),
+    gguf: str | None = typer.Option(None, "--gguf", help="A GGUF file name inside the model directories."),
+    temperature: float = typer.Option(1.0, help="Sampling temperature (> 0)."),
+    top_k: int | None = typer.Option(None, "--top-k", help="Top-k (off when not given)."),
+    top_p: float | None = typer.Option(None, "--top-p", help="Top-p (off when not given)."),
+    min_p: float | None = typer.Option(None, "--min-p", help="Min-p (off when not given)."),
+    repetition_penalty: float | None = typer.Option(None, "--repetition-penalty", help="Repetition penalty."),
+    eos_token_id: int | None = typer.Option(
+        None, "--eos-token-id", help="End-of-sequence token (default: the model's; -1: none)."
+    ),
+    samples: int = typer.Option(1000, "--samples", min=1, help="Samples N per prompt and setting."),
+    horizon: int = typer.Option(2, "--horizon", min=1, help="Generated tokens H read per sample."),
+    alpha: float = typer.Option(0.01, "--alpha", help="Level of the law test."),
+    prompt: Annotated[
+        list[str] | None, typer.Option("--prompt", help="A prompt text (needs a tokenizer); repeatable.")
+    ] = None,
+    prompt_ids: Annotated[
+        list[str] | None, typer.Option("--prompt-ids", help="A prompt as comma-separated ids; repeatable.")
+    ] = None,
+    seed: int = typer.Option(0, "--seed", help="Seed of the first sample (sample i uses seed + i)."),
+    trace: int = typer.Option(32, "--trace", min=0, help="Requests traced for the white-box checks."),
+    num_assistant_tokens: int | None = typer.Option(
+        None, "--num-assistant-tokens", help="Assistant draft length."
+    ),
+    device: str = typer.Option("cpu", "--device", help="Torch device of both models."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Run the kit on transformers' assisted generation (assistant model or prompt lookup)."""
+    from rich.console import Console
+
+    from specround.errors import SpecroundError
+
+    try:
+        if (assistant is None) == (prompt_lookup is None):
+            raise typer.BadParameter("give exactly one of --assistant and --prompt-lookup")
+        if not 0.0 < alpha < 1.0:
+            raise typer.BadParameter(f"--alpha must lie in (0, 1), got {alpha}", param_hint="--alpha")
+        prompts = [_prompt_ids(text) for text in prompt_ids or ()]
+        report = _run(
+            model,
+            assistant,
+            prompt_lookup,
+            gguf,
+            prompts,
+            list(prompt or ()),
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            repetition_penalty,
+            eos_token_id,
+            samples,
+            horizon,
+            alpha,
+            seed,
+            trace,
+            num_assistant_tokens,
+            device,
+        )
+    except SpecroundError as exc:
+        typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
+        raise typer.Exit(2) from exc
+    from specround.testing.render import render_report, report_json
+
+    if as_json:
+        typer.echo(report_json(report))
+    else:
+        console = Console()
+        render_report(report, console if console.is_terminal else Console(width=200))
+    if not report.passed:
+        raise typer.Exit(1)
+
+
+def _run(
+    model_path: str,
+    assistant_path: str | None,
+    prompt_lookup: int | None,
+    gguf: str | None,
+    prompts: list[list[int]],
+    texts: list[str],
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    min_p: float | None,
+    repetition_penalty: float | None,
+    eos_token_id: int | None,
+    samples: int,
+    horizon: int,
+    alpha: float,
+    seed: int,
+    trace: int,
+    num_assistant_tokens: int | None,
+    device: str,
+) -> Any:
+    """Validate, load, run; returns the report (SpecroundError on bad input)."""
+    from specround.errors import InvalidRequestError, ModelLoadError
+    from specround.testing.hf_engine import TransformersEngine
+    from specround.testing.models import TransformersLogits
+    from specround.testing.runner import conform
+    from specround.testing.settings import SamplingSettings
+
+    if prompt_lookup is not None and prompt_lookup < 1:
+        raise InvalidRequestError(f"--prompt-lookup must be >= 1, got {prompt_lookup}")
+    target = _load(model_path, gguf, device)
+    eos = _eos(target, eos_token_id)
+    settings = SamplingSettings(
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
+        repetition_penalty=repetition_penalty,
+        eos_token_id=eos,
+    )
+    if texts:
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True, gguf_file=gguf)
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(
+                f"--prompt needs a tokenizer in {model_path!r}; give --prompt-ids instead"
+            ) from exc
+        prompts = prompts + [list(tokenizer(text)["input_ids"]) for text in texts]
+    if not prompts:
+        raise InvalidRequestError("give at least one --prompt or --prompt-ids")
+    vocab = int(target.config.vocab_size)
+    for ids in prompts:
+        if not ids or any(not 0 <= t < vocab for t in ids):
+            raise InvalidRequestError(f"prompt ids must lie in [0, {vocab}): {ids}")
+    assistant = None
+    draft = None
+    if assistant_path is not None:
+        assistant = _load(assistant_path, gguf, device)
+        if int(assistant.config.vocab_size) != vocab:
+            raise InvalidRequestError(
+                f"the assistant's vocabulary ({assistant.config.vocab_size}) differs from the target's "
+                f"({vocab})"
+            )
+        draft = TransformersLogits(assistant)
+    engine = TransformersEngine(
+        target, assistant=assistant, prompt_lookup=prompt_lookup, num_assistant_tokens=num_assistant_tokens
+    )
+    return conform(
+        engine,
+        TransformersLogits(target),
+        settings=[settings],
+        prompts=prompts,
+        samples=samples,
+        horizon=horizon,
+        alpha=alpha,
+        draft=draft,
+        base_seed=seed,
+        trace_requests=trace,
+        progress=lambda line: typer.echo(line, err=True),
+    )
