@@ -126,11 +126,18 @@ def build_engine(location: LogLocation, *, busy_timeout_s: float = DEFAULT_BUSY_
     return engine
 
 
+def _lenient_text(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
+
+
 def _install_sqlite_hooks(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _configure(dbapi_connection: Any, _record: Any) -> None:
         # Take BEGIN away from the sqlite3 driver; the "begin" hook below emits it.
         dbapi_connection.isolation_level = None
+        # Text that is not valid UTF-8 (a damaged file) reads back with its bytes kept as surrogates, so
+        # the row is reported on its own instead of breaking the whole read.
+        dbapi_connection.text_factory = _lenient_text
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute(f"PRAGMA page_size = {SQLITE_PAGE_SIZE}")  # only a brand-new file takes it

@@ -54,7 +54,8 @@ from specround.adapters.sql.fence import (
     prepare_round,
 )
 from specround.adapters.sql.migrate import SchemaStatus, ensure_schema, schema_status
-from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash, load
+from specround.adapters.sql.rows import decode_event_row, decode_head_row
+from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
 from specround.errors import InvalidRequestError, LogUnavailableError
 from specround.statemachine.events import RequestOpened
 from specround.statemachine.ports import LogHead, PublishOutcome, RoundPublication, StoredEvent
@@ -319,7 +320,7 @@ class SqlEventLog:
         """Every request id in the log, sorted (byte-wise, as Python sorts ``str``)."""
         self._check_open()
         return self._read(
-            "list requests", lambda c: [row[0] for row in c.exec_driver_sql(self._sql.request_ids)]
+            "list requests", lambda c: [str(row[0]) for row in c.exec_driver_sql(self._sql.request_ids)]
         )
 
     def head(self, request_id: str) -> LogHead | None:
@@ -328,16 +329,7 @@ class SqlEventLog:
 
         def read(connection: Connection) -> LogHead | None:
             row = connection.exec_driver_sql(self._sql.head, (request_id,)).first()
-            if row is None:
-                return None
-            return LogHead(
-                request_id=row[0],
-                generation=int(row[1]),
-                seq=int(row[2]),
-                hash=row[3],
-                state_digest=row[4],
-                finished=bool(row[5]),
-            )
+            return None if row is None else decode_head_row(tuple(row))
 
         return self._read("read a head", read)
 
@@ -412,7 +404,6 @@ class SqlEventLog:
         return known
 
     def _stream(self, sql: str, parameters: tuple[Any, ...]) -> Generator[StoredEvent, None, None]:
-        loads = load
         with db_errors("read events"), self._engine.connect() as connection:
             connection = connection.execution_options(**{READ_ONLY: True})
             with connection.begin():
@@ -422,31 +413,7 @@ class SqlEventLog:
                 try:
                     cursor.execute(sql, parameters)
                     while rows := cursor.fetchmany(STREAM_BATCH):
-                        for (
-                            request_id,
-                            seq,
-                            kind,
-                            round_id,
-                            generation,
-                            version,
-                            prev,
-                            link,
-                            at,
-                            text,
-                        ) in rows:
-                            data = text.encode("utf-8")  # the exact bytes the chain hashed
-                            yield StoredEvent(
-                                request_id,
-                                seq,
-                                kind,
-                                round_id,
-                                generation,
-                                version,
-                                loads(data),
-                                prev,
-                                link,
-                                at,
-                                data,
-                            )
+                        for row in rows:
+                            yield decode_event_row(row)
                 finally:
                     cursor.close()
