@@ -316,7 +316,7 @@ def replay(
     from specround.errors import SpecroundError
 
     try:
-        event_log = SqlEventLog.open(log, create=False)
+        event_log = SqlEventLog.open(log, read_only=True)
         try:
             checks = replay_against_heads(event_log, request)
         finally:
@@ -419,7 +419,7 @@ def audit(
             target_model=model,
             draft_model=draft_model,
         )
-        event_log = SqlEventLog.open(log, create=False)
+        event_log = SqlEventLog.open(log, read_only=True)
         try:
             selected = request or None
             if model is not None or draft_model is not None:
@@ -780,7 +780,7 @@ def log_command(
     console = Console()
     console = console if console.is_terminal else Console(width=200)
     try:
-        with SqlEventLog.open(log, create=False) as event_log:
+        with SqlEventLog.open(log, read_only=True) as event_log:
             for request_id in request:
                 if event_log.head(request_id) is None:
                     typer.echo(f"error: no request {request_id!r} in {log}", err=True)

@@ -54,9 +54,10 @@ from specround.adapters.sql.fence import (
     prepare_round,
 )
 from specround.adapters.sql.migrate import SchemaStatus, ensure_schema, schema_status
+from specround.adapters.sql.probe import SqliteFileKind, probe_sqlite_file
 from specround.adapters.sql.rows import decode_event_row, decode_head_row
 from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
-from specround.errors import InvalidRequestError, LogUnavailableError
+from specround.errors import InvalidRequestError, LogUnavailableError, SchemaVersionError
 from specround.statemachine.events import RequestOpened
 from specround.statemachine.ports import LogHead, PublishOutcome, RoundPublication, StoredEvent
 
@@ -184,6 +185,7 @@ class SqlEventLog:
         *,
         create: bool = True,
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+        read_only: bool = False,
     ) -> SqlEventLog:
         """Open the log at a filesystem path (SQLite) or a SQLAlchemy URL.
 
@@ -191,12 +193,25 @@ class SqlEventLog:
         release's schema; with ``create=False`` the log must already exist at the current schema
         (:class:`~specround.errors.LogUnavailableError` for a missing SQLite file,
         :class:`~specround.errors.SchemaVersionError` for a database that is not at head).
-        ``busy_timeout_s`` bounds every lock wait.
+        ``busy_timeout_s`` bounds every lock wait. ``read_only`` (implies ``create=False``) opens a log that
+        nothing can be written through: audits, replays and reports change no byte of it.
+
+        A SQLite file is looked at read-only first (:func:`~specround.adapters.sql.probe.probe_sqlite_file`):
+        a file that is not a SQLite database, another tool's database, or a path under a file is refused
+        with nothing written; an empty file may become a new log (with ``create``).
         """
         location = parse_location(url_or_path)
-        if not create and location.sqlite_path is not None and not location.sqlite_path.is_file():
-            raise LogUnavailableError(f"no event log at {location.sqlite_path}")
-        engine = build_engine(location, busy_timeout_s=busy_timeout_s)
+        create = create and not read_only
+        path = location.sqlite_path
+        if path is not None:
+            kind = probe_sqlite_file(path)
+            if not create and kind is SqliteFileKind.MISSING:
+                raise LogUnavailableError(f"no event log at {path}")
+            if not create and kind is SqliteFileKind.EMPTY:
+                raise SchemaVersionError(
+                    f"{path} is empty: it holds no event log (create one with `specround db upgrade URL`)"
+                )
+        engine = build_engine(location, busy_timeout_s=busy_timeout_s, read_only=read_only)
         try:
             ensure_schema(engine, create=create)
         except BaseException:
