@@ -39,7 +39,6 @@ import torch
 from pydantic import ValidationError
 
 from specround.errors import (
-    DraftIdOutOfVocabError,
     IllegalTransitionError,
     InputError,
     InvalidRequestError,
@@ -78,6 +77,7 @@ from specround.statemachine.state import (
     RequestState,
 )
 from specround.statemachine.step import Step, StepFsm, StepSettings, refused_result
+from specround.statemachine.step_inputs import INT64_END, check_identity, check_proposal
 from specround.statemachine.work import LastRound, LiveRequest, RoundWork
 
 __all__ = ["RoundController", "Step"]
@@ -241,7 +241,8 @@ class RoundController:
             try:
                 step._rounds.append(self._open_round(index, proposal))
             except SpecroundError as error:
-                live = self._live.get(proposal.request_id)
+                rid = proposal.request_id
+                live = self._live.get(rid) if isinstance(rid, str) else None
                 generation = live.current.state.generation if live is not None else -1
                 step._results[index] = refused_result(proposal, error, generation)
         return step
@@ -283,8 +284,14 @@ class RoundController:
             raise InvalidRequestError("the prompt must hold at least one token")
         if isinstance(seed, bool) or not isinstance(seed, int) or not _SEED_MIN <= seed < _SEED_END:
             raise InvalidRequestError(f"seed must be an integer in [-2**63, 2**64), got {seed!r}")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise InvalidRequestError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        if (
+            isinstance(max_new_tokens, bool)
+            or not isinstance(max_new_tokens, int)
+            or not 1 <= max_new_tokens < INT64_END
+        ):
+            raise InvalidRequestError(
+                f"max_new_tokens must be an integer in [1, 2**63), got {max_new_tokens!r}"
+            )
         try:
             layout = Layout(layout)
         except ValueError:
@@ -384,11 +391,12 @@ class RoundController:
         self._fsm_pool.append(fsm)
 
     def _open_round(self, index: int, proposal: RoundProposal | RoundInput) -> RoundWork:
-        request_id = proposal.request_id
+        request_id = check_identity(proposal)
         live = self._entry(request_id)
         if live.in_flight:
             raise IllegalTransitionError(f"request {request_id!r} already has a round in flight")
-        offered = proposal.coordinate_digest
+        checked = check_proposal(proposal, live.config.vocab_size, live.current.state.rng.proposal)
+        offered = checked.coordinate_digest
         retry = False
         if offered == self._current_coordinate_digest(live):
             start = live.current
@@ -403,26 +411,8 @@ class RoundController:
         state = start.state
         if state.finished:
             raise RequestFinishedError(f"request {request_id!r} finished ({state.finish_reason})")
-        vocab = live.config.vocab_size
-        draft_ids = _token_tuple(proposal.draft_ids, "draft_ids")
-        for token in draft_ids:
-            if not 0 <= token < vocab:
-                raise DraftIdOutOfVocabError(f"draft id {token} outside [0, {vocab}) for {request_id!r}")
-        k = len(draft_ids)
-        q_rows = proposal.q_rows
-        if q_rows is None:
-            if k:
-                raise ShapeMismatchError(f"{k} drafts need q rows [{k}, {vocab}]")
-            q_rows = torch.empty(0, vocab, dtype=torch.float64)
-        if q_rows.dim() != 2 or tuple(q_rows.shape) != (k, vocab) or not q_rows.dtype.is_floating_point:
-            raise ShapeMismatchError(
-                f"q rows of {request_id!r} must be float [{k}, {vocab}], "
-                f"got {q_rows.dtype} {tuple(q_rows.shape)}"
-            )
-        draws = proposal.proposal_draws
-        if isinstance(draws, bool) or not isinstance(draws, int) or draws < 0:
-            raise InvalidRequestError(f"proposal_draws must be a non-negative integer, got {draws!r}")
-        round_id = proposal.round_id or _derived_round_id(state.generation, offered, draft_ids)
+        draft_ids = checked.draft_ids
+        round_id = checked.round_id or _derived_round_id(state.generation, offered, draft_ids)
         live.in_flight = True
         return RoundWork(
             index=index,
@@ -433,9 +423,9 @@ class RoundController:
             coordinate_digest=offered,
             round_id=round_id,
             draft_ids=draft_ids,
-            q_rows=q_rows,
-            proposal_draws=draws,
-            timings=proposal.timings,
+            q_rows=checked.q_rows,
+            proposal_draws=checked.proposal_draws,
+            timings=checked.timings,
         )
 
 
