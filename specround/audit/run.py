@@ -20,7 +20,7 @@ from specround.statemachine.chain import verify_chain
 from specround.statemachine.ports import EventLog, LogHead, StoredEvent
 from specround.statemachine.replay import replay_request
 
-__all__ = ["ReplayCheck", "audit_log", "audit_request", "replay_against_heads"]
+__all__ = ["ReplayCheck", "audit_log", "audit_request", "replay_against_heads", "with_findings"]
 
 
 def _finding(
@@ -209,6 +209,34 @@ def audit_log(log: EventLog, request_ids: Iterable[str] | None = None) -> AuditR
                 head_digest=None,
                 finished=None,
                 findings=tuple(log_findings),
+            )
+        )
+    audits.sort(key=lambda a: a.request_id)
+    return AuditReport(requests=tuple(audits))
+
+
+def with_findings(report: AuditReport, findings: Iterable[AuditFinding]) -> AuditReport:
+    """``report`` with more findings added to the requests they name (new entries for other ids)."""
+    extra: dict[str, list[AuditFinding]] = {}
+    for finding in findings:
+        extra.setdefault(finding.request_id, []).append(finding)
+    if not extra:
+        return report
+    audits = []
+    for audit in report.requests:
+        more = extra.pop(audit.request_id, [])
+        audits.append(audit.model_copy(update={"findings": (*audit.findings, *more)}) if more else audit)
+    for request_id, more in extra.items():
+        audits.append(
+            RequestAudit(
+                request_id=request_id,
+                events=0,
+                rounds=0,
+                generation=None,
+                state_digest=None,
+                head_digest=None,
+                finished=None,
+                findings=tuple(more),
             )
         )
     audits.sort(key=lambda a: a.request_id)

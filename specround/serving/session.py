@@ -48,6 +48,7 @@ from specround.serving.policy import (
     FixedDraftLength,
 )
 from specround.serving.stats import AcceptanceStats, RoundOutcome
+from specround.signing import HmacSigner, LogSigner, load_key
 from specround.statemachine.model_ports import Proposer
 from specround.telemetry.observation import RoundRecorder
 
@@ -91,6 +92,8 @@ class GenerateOptions:
     log: str | None = None
     chat: bool = True
     """Wrap the prompt in the model's chat template as one user message."""
+    key_file: str | None = None
+    """Sign the log's heads with the HMAC key in this file (else ``SPECROUND_LOG_KEY``, if set)."""
 
 
 def parse_draft_length(value: str) -> int | None:
@@ -245,6 +248,8 @@ class GenerationSession:
     stop_ids: tuple[int, ...]
     stop_sequences: tuple[tuple[int, ...], ...]
     coordinate: dict[str, Any]
+    signer: LogSigner | None = None
+    """Signs every head the run publishes (:mod:`specround.signing`), when a key was given."""
 
     def run(
         self,
@@ -271,7 +276,7 @@ class GenerationSession:
 
         if self.log_location.sqlite_path is not None:
             self.log_location.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
-        log = SqlEventLog.open(self.log_location.connect_target())
+        log = SqlEventLog.open(self.log_location.connect_target(), signer=self.signer)
         try:
             controller = RoundController(log)
             loop = ServingLoop(
@@ -357,6 +362,8 @@ def prepare_session(options: GenerateOptions) -> GenerationSession:
     log_path = log_location.sqlite_path
     if log_path is not None:
         probe_sqlite_file(log_path)  # refuses a folder, a path under a file, another tool's database
+    key = load_key(options.key_file)
+    signer = HmacSigner(key) if key is not None else None
     model_path = Path(options.model).expanduser() if options.model else None
     if model_path is not None and not model_path.is_file():
         raise ModelLoadError(f"model file not found: {model_path}")
@@ -426,4 +433,5 @@ def prepare_session(options: GenerateOptions) -> GenerationSession:
         stop_ids=stop_ids,
         stop_sequences=tuple(sequences),
         coordinate=coordinate,
+        signer=signer,
     )

@@ -55,13 +55,22 @@ from specround.adapters.sql.fence import (
 )
 from specround.adapters.sql.migrate import SchemaStatus, ensure_schema, schema_status
 from specround.adapters.sql.probe import SqliteFileKind, probe_sqlite_file
-from specround.adapters.sql.rows import decode_event_row, decode_head_row
+from specround.adapters.sql.rows import (
+    SignatureRow,
+    decode_event_row,
+    decode_head_row,
+    decode_signature_row,
+)
 from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
 from specround.errors import InvalidRequestError, LogUnavailableError, SchemaVersionError
+from specround.signing import LogSigner, checkpoint_message, head_message
 from specround.statemachine.events import RequestOpened
 from specround.statemachine.ports import LogHead, PublishOutcome, RoundPublication, StoredEvent
 
-__all__ = ["PUBLISH_ATTEMPTS", "STREAM_BATCH", "SqlEventLog"]
+__all__ = ["DEFAULT_CHECKPOINT_EVERY", "PUBLISH_ATTEMPTS", "STREAM_BATCH", "SqlEventLog"]
+
+DEFAULT_CHECKPOINT_EVERY = 64
+"""Publishing calls between two signed checkpoints of every head (with a signer)."""
 
 PUBLISH_ATTEMPTS = 4
 """How often a transaction that hit a backstop (unique key, deadlock) is run again before giving up."""
@@ -145,6 +154,17 @@ class _Statements:
         self.all_events = f"SELECT {columns} FROM events ORDER BY request_id, seq"
         self.request_events = f"SELECT {columns} FROM events WHERE request_id = {self.mark} ORDER BY seq"
         self.request_ids = "SELECT request_id FROM requests ORDER BY request_id"
+        self.all_heads = (
+            "SELECT request_id, generation, head_seq, head_hash, state_digest, finished FROM requests "
+            "ORDER BY request_id"
+        )
+        self.insert_signature = (
+            "INSERT INTO signatures (scope, request_id, scheme, key_id, message, signature, recorded_at) "
+            f"VALUES ({', '.join([self.mark] * 7)})"
+        )
+        self.signatures = (
+            "SELECT id, scope, request_id, scheme, key_id, message, signature FROM signatures ORDER BY id"
+        )
 
     def heads(self, count: int) -> str:
         marks = ", ".join([self.mark] * count)
@@ -175,6 +195,9 @@ class SqlEventLog:
         self._postgres = location.backend == "postgresql"
         self._sql = _Statements(engine.dialect.paramstyle, self._postgres)
         self._closed = False
+        self._signer: LogSigner | None = None
+        self._checkpoint_every = DEFAULT_CHECKPOINT_EVERY
+        self._publishes = 0
         self._streams: weakref.WeakSet[Generator[StoredEvent, None, None]] = weakref.WeakSet()
         """Event streams not yet exhausted: each holds a connection (and a read transaction) until it ends."""
 
@@ -186,6 +209,8 @@ class SqlEventLog:
         create: bool = True,
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
         read_only: bool = False,
+        signer: LogSigner | None = None,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
     ) -> SqlEventLog:
         """Open the log at a filesystem path (SQLite) or a SQLAlchemy URL.
 
@@ -199,7 +224,19 @@ class SqlEventLog:
         A SQLite file is looked at read-only first (:func:`~specround.adapters.sql.probe.probe_sqlite_file`):
         a file that is not a SQLite database, another tool's database, or a path under a file is refused
         with nothing written; an empty file may become a new log (with ``create``).
+
+        With a ``signer`` (:mod:`specround.signing`), every head a call moves is signed inside the same
+        transaction, and every ``checkpoint_every`` publishing calls of this handle (and at the first) a
+        checkpoint over every head of the log is signed too.
         """
+        if (
+            isinstance(checkpoint_every, bool)
+            or not isinstance(checkpoint_every, int)
+            or checkpoint_every < 1
+        ):
+            raise InvalidRequestError(
+                f"checkpoint_every must be a positive integer, got {checkpoint_every!r}"
+            )
         location = parse_location(url_or_path)
         create = create and not read_only
         path = location.sqlite_path
@@ -217,7 +254,10 @@ class SqlEventLog:
         except BaseException:
             engine.dispose()
             raise
-        return cls(engine, location)
+        log = cls(engine, location)
+        log._signer = signer
+        log._checkpoint_every = checkpoint_every
+        return log
 
     # --- introspection -----------------------------------------------------------------------------------
 
@@ -281,6 +321,12 @@ class SqlEventLog:
                     payload.decode("utf-8"),
                 ),
             )
+            if self._signer is not None:
+                cursor = _Cursor(connection)
+                try:
+                    self._sign_heads(cursor, [(event.request_id, 0, 0, link, state_digest, False)], now)
+                finally:
+                    cursor.close()
 
         self._write("open a request", attempt)
 
@@ -310,11 +356,17 @@ class SqlEventLog:
                     moved = cursor.run(self._sql.update_head, plan.head_updates, many=True).rowcount
                     if moved != len(plan.head_updates):
                         raise _RetryError(f"{len(plan.head_updates) - moved} compare-and-swap(s) lost")
+                    if self._signer is not None:
+                        moved_heads = [(u[6], u[0], u[1], u[2], u[3], bool(u[4])) for u in plan.head_updates]
+                        checkpoint = self._publishes % self._checkpoint_every == 0
+                        self._sign_heads(cursor, moved_heads, plan.head_updates[0][5], checkpoint=checkpoint)
             finally:
                 cursor.close()
             return plan.outcomes
 
-        return self._write("publish rounds", attempt)
+        outcomes = self._write("publish rounds", attempt)
+        self._publishes += 1
+        return outcomes
 
     def events(self, request_id: str | None = None) -> Iterator[StoredEvent]:
         """Stream stored events in (request, seq) order, for one request or all of them.
@@ -347,6 +399,24 @@ class SqlEventLog:
             return None if row is None else decode_head_row(tuple(row))
 
         return self._read("read a head", read)
+
+    def heads(self) -> list[LogHead]:
+        """Every request's head, by request id (a head row that cannot be read raises LogIntegrityError)."""
+        self._check_open()
+        return self._read(
+            "read the heads",
+            lambda c: [decode_head_row(tuple(row)) for row in c.exec_driver_sql(self._sql.all_heads)],
+        )
+
+    def signature_rows(self) -> list[SignatureRow]:
+        """Every stored signature, oldest first (empty for a log that was never written with a key)."""
+        self._check_open()
+
+        def read(connection: Connection) -> list[SignatureRow]:
+            rows = connection.exec_driver_sql(self._sql.signatures).fetchall()
+            return [decode_signature_row(tuple(row)) for row in rows]
+
+        return self._read("read the signatures", read)
 
     def close(self) -> None:
         """Close unfinished event streams and the pool; every later call raises LogUnavailableError."""
@@ -398,6 +468,33 @@ class SqlEventLog:
             connection = connection.execution_options(**{READ_ONLY: True})
             with connection.begin():
                 return body(connection)
+
+    def _sign_heads(
+        self,
+        cursor: _Cursor,
+        heads: list[tuple[str, int, int, str, str, bool]],
+        at: float,
+        *,
+        checkpoint: bool = False,
+    ) -> None:
+        """Sign the heads a write moved (and, when one is due, a checkpoint of every head)."""
+        signer = self._signer
+        assert signer is not None
+        rows: list[tuple[str, str | None, str, str, str, str, float]] = []
+        for head in heads:
+            message = head_message(*head, at)
+            rows.append(
+                ("head", head[0], signer.scheme, signer.key_id, message.decode(), signer.sign(message), at)
+            )
+        if checkpoint:
+            every = [decode_head_row(tuple(row)) for row in cursor.run(self._sql.all_heads, ()).fetchall()]
+            message = checkpoint_message(
+                [(h.request_id, h.generation, h.seq, h.hash, h.state_digest, h.finished) for h in every], at
+            )
+            rows.append(
+                ("checkpoint", None, signer.scheme, signer.key_id, message.decode(), signer.sign(message), at)
+            )
+        cursor.run(self._sql.insert_signature, rows, many=True)
 
     def _read_heads(self, cursor: _Cursor, request_ids: list[str]) -> dict[str, Head]:
         heads: dict[str, Head] = {}

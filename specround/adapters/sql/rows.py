@@ -17,9 +17,10 @@ from typing import Any
 
 from specround.canonical import load
 from specround.errors import LogIntegrityError
+from specround.signing import SignatureRow
 from specround.statemachine.ports import LogHead, StoredEvent
 
-__all__ = ["decode_event_row", "decode_head_row", "row_text"]
+__all__ = ["SignatureRow", "decode_event_row", "decode_head_row", "decode_signature_row", "row_text"]
 
 _INT64 = 2**63
 
@@ -152,4 +153,37 @@ def decode_head_row(row: Sequence[Any]) -> LogHead:
         hash=link,
         state_digest=digest,
         finished=bool(finished),
+    )
+
+
+def decode_signature_row(row: Sequence[Any]) -> SignatureRow:
+    """One ``signatures`` row (id, scope, request id, scheme, key id, message, signature); never raises."""
+    sid, scope, request_id, scheme, key_id, message, signature = row
+    problems = []
+    sid_ = _integer(sid)
+    if sid_ is None:
+        problems.append(f"id {_short(sid)} is not an integer")
+    texts = {"scope": scope, "scheme": scheme, "key_id": key_id, "signature": signature}
+    for name, value in texts.items():
+        if not isinstance(value, str):
+            problems.append(f"{name} {_short(value)} is not text")
+    if request_id is not None and not isinstance(request_id, str):
+        problems.append(f"request_id {_short(request_id)} is not text")
+    if isinstance(message, str):
+        data = _raw_bytes(message)
+    elif isinstance(message, (bytes, bytearray, memoryview)):
+        data = bytes(message)
+        problems.append("the message is stored as a BLOB, not text")
+    else:
+        data = b""
+        problems.append(f"the message {_short(message)} is not text")
+    return SignatureRow(
+        id=sid_ if sid_ is not None else -1,
+        scope=scope if isinstance(scope, str) else "",
+        request_id=request_id if isinstance(request_id, str) or request_id is None else str(request_id),
+        scheme=scheme if isinstance(scheme, str) else "",
+        key_id=key_id if isinstance(key_id, str) else "",
+        message=data,
+        signature=signature if isinstance(signature, str) else "",
+        defect="; ".join(problems) or None,
     )
