@@ -546,6 +546,35 @@ def anchor(
 
 
 @app.command()
+def compact(
+    log: str = typer.Argument(..., help=_LOG_HELP),
+    archive: str = typer.Option(
+        ..., "--archive", help="The archive log (a SQLite file; created if missing)."
+    ),
+    before: str = typer.Option(
+        ..., "--before", help="Move requests that finished before this time (Unix seconds or ISO 8601)."
+    ),
+    key: str | None = typer.Option(
+        None, "--key", help="The log's HMAC key file (needed for a signed log; env SPECROUND_LOG_KEY)."
+    ),
+) -> None:
+    """Move finished requests older than --before into an archive log; both then audit on their own."""
+    from specround.adapters.sql.compact import compact_log
+    from specround.errors import SpecroundError
+    from specround.report import parse_time
+    from specround.signing import HmacSigner, load_key
+
+    try:
+        cutoff = parse_time(before)
+        secret = load_key(key)
+        report = compact_log(log, archive, before=cutoff, signer=HmacSigner(secret) if secret else None)
+    except SpecroundError as exc:
+        typer.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(f"moved {len(report.moved)} requests ({report.events} events) to {archive}")
+
+
+@app.command()
 def faults(
     db: str | None = typer.Option(
         None, "--db", help=f"{_LOG_HELP} Default: a temporary SQLite file; 'memory' for the in-memory log."

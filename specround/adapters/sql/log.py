@@ -62,7 +62,12 @@ from specround.adapters.sql.rows import (
     decode_signature_row,
 )
 from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
-from specround.errors import InvalidRequestError, LogUnavailableError, SchemaVersionError
+from specround.errors import (
+    InvalidRequestError,
+    LogIntegrityError,
+    LogUnavailableError,
+    SchemaVersionError,
+)
 from specround.signing import LogSigner, checkpoint_message, head_message
 from specround.statemachine.events import RequestOpened
 from specround.statemachine.ports import LogHead, PublishOutcome, RoundPublication, StoredEvent
@@ -418,6 +423,21 @@ class SqlEventLog:
 
         return self._read("read the signatures", read)
 
+    def sign_checkpoint(self) -> None:
+        """Sign a checkpoint over every head now (after rows were moved out, e.g. by compaction)."""
+        self._check_open()
+        if self._signer is None:
+            raise InvalidRequestError("this log was opened without a signing key")
+
+        def attempt(connection: Connection) -> None:
+            cursor = _Cursor(connection)
+            try:
+                self._sign_heads(cursor, [], time.time(), checkpoint=True)
+            finally:
+                cursor.close()
+
+        self._write("sign a checkpoint", attempt)
+
     def close(self) -> None:
         """Close unfinished event streams and the pool; every later call raises LogUnavailableError."""
         if not self._closed:
@@ -494,14 +514,21 @@ class SqlEventLog:
             rows.append(
                 ("checkpoint", None, signer.scheme, signer.key_id, message.decode(), signer.sign(message), at)
             )
-        cursor.run(self._sql.insert_signature, rows, many=True)
+        if rows:
+            cursor.run(self._sql.insert_signature, rows, many=True)
 
     def _read_heads(self, cursor: _Cursor, request_ids: list[str]) -> dict[str, Head]:
         heads: dict[str, Head] = {}
         for start in range(0, len(request_ids), _IN_CHUNK):
             chunk = tuple(request_ids[start : start + _IN_CHUNK])
             for row in cursor.run(self._sql.heads(len(chunk)), chunk).fetchall():
-                heads[row[0]] = Head(int(row[1]), int(row[2]), row[3], bool(row[4]))
+                try:
+                    heads[row[0]] = Head(int(row[1]), int(row[2]), str(row[3]), bool(row[4]))
+                except (TypeError, ValueError):
+                    raise LogIntegrityError(
+                        f"request {row[0]!r}: the head row is malformed ({row[1]!r}, {row[2]!r}); "
+                        "audit the log"
+                    ) from None
         return heads
 
     def _read_rounds(
