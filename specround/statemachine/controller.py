@@ -313,7 +313,17 @@ class RoundController:
             raise InvalidRequestError(
                 f"softmax {softmax!r} disagrees with the chain's {chain.softmax.value!r}"
             )
-        sequences = [(int(t),) for t in stop_token_ids] + [tuple(int(t) for t in s) for s in stop_sequences]
+        try:
+            sequences: list[tuple[int, ...]] = [(_integer(t),) for t in stop_token_ids]
+            sequences += [tuple(_integer(t) for t in sequence) for sequence in stop_sequences]
+        except TypeError as exc:
+            raise InvalidRequestError(
+                f"stop_token_ids and stop_sequences must hold integers: {exc}"
+            ) from None
+        if not isinstance(prompt_advances_processors, bool):
+            raise InvalidRequestError(
+                f"prompt_advances_processors must be a bool, got {prompt_advances_processors!r}"
+            )
         spec = list(chain.to_spec())
         if sequences:
             spec.append(
@@ -436,12 +446,21 @@ def _token_tuple(values: Sequence[int] | torch.Tensor, name: str) -> tuple[int, 
                 f"{name} must be a 1-D integer tensor, got {values.dtype} {tuple(values.shape)}"
             )
         return tuple(values.tolist())  # an integer dtype: tolist gives ints
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise InvalidRequestError(f"{name} must be a sequence of integers, got {type(values).__name__}")
     out = []
     for value in values:
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidRequestError(f"{name} must hold integers, got {value!r}")
         out.append(value)
     return tuple(out)
+
+
+def _integer(value: object) -> int:
+    """``value`` if it is an ``int`` (not a ``bool``); TypeError naming it otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{value!r} is not an integer")
+    return value
 
 
 def _derived_round_id(generation: int, coordinate: str, draft_ids: tuple[int, ...]) -> str:

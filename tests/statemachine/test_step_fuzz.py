@@ -94,3 +94,41 @@ def test_a_reused_round_id_is_refused_for_that_round_only() -> None:
     assert other.status is RoundStatus.PUBLISHED
     assert controller.step([random_input(controller, "a", 1, generator)])[0].status is RoundStatus.PUBLISHED
     assert audit_log(log).ok
+
+
+OPEN_CASES: dict[str, dict[str, object]] = {
+    "prompt None": {"prompt_ids": None},
+    "prompt a str": {"prompt_ids": "ab"},
+    "prompt of 2**64": {"prompt_ids": (2**64,)},
+    "prompt float tensor": {"prompt_ids": torch.tensor([1.0])},
+    "vocab 0": {"vocab_size": 0},
+    "vocab 2**64": {"vocab_size": 2**64},
+    "vocab a str": {"vocab_size": "16"},
+    "request id an int": {"request_id": 123},
+    "request id of 201 characters": {"request_id": "x" * 201},
+    "request id empty": {"request_id": ""},
+    "unknown processor": {"processors": [{"kind": "nope"}]},
+    "processors a str": {"processors": "abc"},
+    "stop id of 2**64": {"stop_token_ids": [2**64]},
+    "stop id a str": {"stop_token_ids": ["a"]},
+    "stop sequence of None": {"stop_sequences": [[None]]},
+    "stop sequences a str": {"stop_sequences": "ab"},
+    "seed a float": {"seed": 1.5},
+    "seed of 2**64": {"seed": 2**64},
+    "max_new_tokens a float": {"max_new_tokens": 2.0},
+    "prompt_advances_processors a str": {"prompt_advances_processors": "yes"},
+    "unknown layout": {"layout": 5},
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPEN_CASES))
+def test_open_request_refuses_malformed_arguments_by_name(name: str) -> None:
+    from specround.errors import InputError
+
+    log = MemoryEventLog()
+    controller = RoundController(log)
+    arguments: dict[str, object] = {"seed": 0, "max_new_tokens": 5, "vocab_size": 16, **OPEN_CASES[name]}
+    prompt = arguments.pop("prompt_ids", (1, 2))
+    with pytest.raises(InputError):
+        controller.open_request(prompt, **arguments)  # type: ignore[arg-type]
+    assert log.request_ids() == []
