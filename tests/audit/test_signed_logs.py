@@ -172,3 +172,64 @@ def app_cli():  # type: ignore[no-untyped-def]
     from specround.cli import app
 
     return app
+
+
+def _rechain(path: Path, request_id: str, edit: dict[str, object], seq: int) -> None:
+    """Edit one payload of ``request_id`` and recompute its chain and head, as a forger without the key."""
+    import hashlib
+
+    from specround.canonical import canonical_bytes
+
+    connection = sqlite3.connect(path)
+    with connection:
+        rows = connection.execute(
+            "SELECT seq, prev_hash, payload FROM events WHERE request_id = ? ORDER BY seq", (request_id,)
+        ).fetchall()
+        prev = rows[0][1]
+        for row_seq, _, text in rows:
+            payload = json.loads(text)
+            if row_seq == seq:
+                payload.update(edit)
+            data = canonical_bytes(payload)
+            link = hashlib.sha256(prev.encode("ascii") + data).hexdigest()
+            connection.execute(
+                "UPDATE events SET prev_hash = ?, hash = ?, payload = ? WHERE request_id = ? AND seq = ?",
+                (prev, link, data.decode(), request_id, row_seq),
+            )
+            prev = link
+        connection.execute("UPDATE requests SET head_hash = ? WHERE request_id = ?", (prev, request_id))
+    connection.close()
+
+
+FORGERIES = {
+    "edited timings, chain recomputed": lambda p: _rechain(
+        p, "a", {"timings": {"draft_s": 9.0, "queue_s": 0.0, "state_s": 0.0, "verify_s": 0.0}}, 5
+    ),
+    "an extra field, chain recomputed": lambda p: _rechain(p, "b", {"note": "inserted"}, 5),
+    "the head moved by hand": lambda p: _sql(p, "UPDATE requests SET finished = 1 WHERE request_id = 'a'"),
+    "a tail cut, signatures kept": lambda p: _sql(
+        p,
+        "DELETE FROM events WHERE request_id = 'a' AND seq > 15",
+        "UPDATE requests SET head_seq = 15, head_hash = (SELECT hash FROM events WHERE request_id = 'a' "
+        "AND seq = 15) WHERE request_id = 'a'",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORGERIES))
+def test_forgeries_without_the_key_are_caught_with_it(signed_log: Path, name: str) -> None:
+    FORGERIES[name](signed_log)
+    assert _signature_findings(signed_log), f"{name} was accepted with the key"
+
+
+def test_a_request_inserted_without_the_key_is_unsigned(signed_log: Path, tmp_path: Path) -> None:
+    extra = tmp_path / "extra.sqlite"
+    _write(extra, None, {"c": HACKED}, steps=2)
+    _sql(
+        signed_log,
+        f"ATTACH DATABASE '{extra}' AS x",
+        "INSERT INTO requests SELECT * FROM x.requests",
+        "INSERT INTO events SELECT * FROM x.events",
+        "INSERT INTO publications SELECT * FROM x.publications",
+    )
+    assert ("c", "unsigned") in _signature_findings(signed_log)
