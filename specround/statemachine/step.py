@@ -103,6 +103,15 @@ def _proposal_of(rnd: RoundWork) -> CheckedProposal:
     )
 
 
+def _own_input(items: list[RoundVerification | RoundInput], rnd: RoundWork) -> RoundInput | None:
+    """The round input the round was opened from, when the step was handed whole inputs in order.
+
+    So that a second input for the same request (whose first was refused) is verified with its own rows.
+    """
+    item = items[rnd.index] if rnd.index < len(items) else None
+    return item if isinstance(item, RoundInput) and item.request_id == rnd.request_id else None
+
+
 def _as_refusal(rnd: RoundWork, error: Exception) -> SpecroundError:
     """A round's own failure as a specround error (an :class:`InputError` of the sampler stays as it is)."""
     if isinstance(error, SpecroundError):
@@ -172,15 +181,16 @@ class Step:
         Whole :class:`RoundInput` records are accepted too (their verification half is read).
         """
         self._require(Trigger.VERIFY)
+        items = list(verifications)
         by_request: dict[str, RoundVerification | RoundInput] = {}
-        for item in verifications:
+        for item in items:
             try:
                 by_request.setdefault(check_identity(item), item)
             except SpecroundError:
                 continue  # no round of this step can be matched to it: that round finds no verification
         for rnd in self._live_rounds():
             try:
-                found = by_request.get(rnd.request_id)
+                found = _own_input(items, rnd) or by_request.get(rnd.request_id)
                 if found is None:
                     raise InvalidRequestError(f"no verification for request {rnd.request_id!r}")
                 self._attach_verification(rnd, found)

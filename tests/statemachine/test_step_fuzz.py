@@ -132,3 +132,18 @@ def test_open_request_refuses_malformed_arguments_by_name(name: str) -> None:
     with pytest.raises(InputError):
         controller.open_request(prompt, **arguments)  # type: ignore[arg-type]
     assert log.request_ids() == []
+
+
+def test_a_second_input_for_a_request_is_verified_with_its_own_rows() -> None:
+    from dataclasses import replace
+
+    from specround.errors import StaleCoordinateError
+
+    controller, log = _controller()
+    generator = torch.Generator().manual_seed(6)
+    refused = replace(random_input(controller, "a", 3, generator), coordinate_digest="0" * 64)
+    valid = random_input(controller, "a", 1, generator)
+    first, second = controller.step([refused, valid])
+    assert isinstance(first.error, StaleCoordinateError)
+    assert second.status is RoundStatus.PUBLISHED and second.error is None
+    assert audit_log(log).ok
