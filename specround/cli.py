@@ -7,11 +7,15 @@ Each command parses and validates its options, calls into the library, and rende
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
 from specround.testing.cli import conform_app
+
+if TYPE_CHECKING:
+    from specround.adapters.sql import SqlEventLog
+    from specround.audit import AuditFinding
 
 _Item = TypeVar("_Item")
 
@@ -332,7 +336,7 @@ def replay(
     from specround.errors import SpecroundError
 
     try:
-        event_log = SqlEventLog.open(log, create=False)
+        event_log = SqlEventLog.open(log, read_only=True)
         try:
             checks = replay_against_heads(event_log, request)
         finally:
@@ -409,6 +413,14 @@ def audit(
     draft_model: str | None = typer.Option(
         None, "--draft-model", help="Only requests whose coordinate's draft_model_id is this."
     ),
+    key: str | None = typer.Option(
+        None,
+        "--key",
+        help="HMAC key file: also prove that the writer held it (signed heads; env SPECROUND_LOG_KEY).",
+    ),
+    anchor: str | None = typer.Option(
+        None, "--anchor", help="A file printed by `specround anchor`: catch truncation and rewinding since."
+    ),
 ) -> None:
     """Verify hash chains, replay every request, and re-derive every decision (INV-1..INV-10).
 
@@ -422,7 +434,7 @@ def audit(
     from rich.table import Table
 
     from specround.adapters.sql import SqlEventLog
-    from specround.audit import audit_log
+    from specround.audit import audit_log, with_findings
     from specround.errors import SpecroundError
     from specround.report import ReportFilter, matching_request_ids, parse_time, write_report
 
@@ -435,12 +447,13 @@ def audit(
             target_model=model,
             draft_model=draft_model,
         )
-        event_log = SqlEventLog.open(log, create=False)
+        event_log = SqlEventLog.open(log, read_only=True)
         try:
             selected = request or None
             if model is not None or draft_model is not None:
                 selected = matching_request_ids(event_log, filters)
             report = audit_log(event_log, selected)
+            report = with_findings(report, _attested_findings(event_log, key, anchor))
             if report_dir is not None:
                 index_path = write_report(
                     event_log, report_dir, filters=filters, audit=report, log_name=log
@@ -498,6 +511,83 @@ def audit(
             console.print(f"report: {index_path}")
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _attested_findings(
+    event_log: SqlEventLog, key_file: str | None, anchor_file: str | None
+) -> list[AuditFinding]:
+    """Findings of the signature check (with a key from ``key_file`` or the environment) and the anchor."""
+    import json
+    from pathlib import Path
+
+    from specround.audit import audit_anchor, audit_signatures
+    from specround.errors import ReportOptionError
+    from specround.signing import HmacSigner, load_key
+
+    findings: list[AuditFinding] = []
+    key = load_key(key_file)
+    if key is not None:
+        findings.extend(audit_signatures(event_log, HmacSigner(key)))
+    if anchor_file is not None:
+        try:
+            anchor = json.loads(Path(anchor_file).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ReportOptionError(f"cannot read the anchor {anchor_file}: {exc}") from None
+        findings.extend(audit_anchor(event_log, anchor))
+    return findings
+
+
+@app.command()
+def anchor(
+    log: str = typer.Argument(..., help=_LOG_HELP),
+) -> None:
+    """Print every head of a log with a digest over them (JSON), to store elsewhere.
+
+    A later `specround audit LOG --anchor FILE` reports every anchored head that is no longer in its
+    chain: truncation, rewinding and deleted requests since the anchor was taken.
+    """
+    import json
+
+    from specround.adapters.sql import SqlEventLog
+    from specround.audit import anchor_of
+    from specround.errors import SpecroundError
+
+    try:
+        with SqlEventLog.open(log, read_only=True) as event_log:
+            printed = anchor_of(event_log)
+    except SpecroundError as exc:
+        typer.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(json.dumps(printed, indent=1))
+
+
+@app.command()
+def compact(
+    log: str = typer.Argument(..., help=_LOG_HELP),
+    archive: str = typer.Option(
+        ..., "--archive", help="The archive log (a SQLite file; created if missing)."
+    ),
+    before: str = typer.Option(
+        ..., "--before", help="Move requests that finished before this time (Unix seconds or ISO 8601)."
+    ),
+    key: str | None = typer.Option(
+        None, "--key", help="The log's HMAC key file (needed for a signed log; env SPECROUND_LOG_KEY)."
+    ),
+) -> None:
+    """Move finished requests older than --before into an archive log; both then audit on their own."""
+    from specround.adapters.sql.compact import compact_log
+    from specround.errors import SpecroundError
+    from specround.report import parse_time
+    from specround.signing import HmacSigner, load_key
+
+    try:
+        cutoff = parse_time(before)
+        secret = load_key(key)
+        report = compact_log(log, archive, before=cutoff, signer=HmacSigner(secret) if secret else None)
+    except SpecroundError as exc:
+        typer.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(f"moved {len(report.moved)} requests ({report.events} events) to {archive}")
 
 
 @app.command()
@@ -650,6 +740,9 @@ def generate(
         ),
     ),
     raw: bool = typer.Option(False, "--raw", help="Send the prompt as is, without the chat template."),
+    key: str | None = typer.Option(
+        None, "--key", help="Sign every head with the HMAC key in this file (env SPECROUND_LOG_KEY)."
+    ),
     threads: int | None = typer.Option(None, "--threads", min=1, help="Torch intra-op threads."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text and table."),
     metrics_port: int | None = typer.Option(
@@ -693,6 +786,7 @@ def generate(
         stop=tuple(stop or ()),
         log=log,
         chat=not raw,
+        key_file=key,
     )
     try:
         session = prepare_session(options)  # validates everything; creates no file
@@ -802,7 +896,7 @@ def log_command(
     console = Console()
     console = console if console.is_terminal else Console(width=200)
     try:
-        with SqlEventLog.open(log, create=False) as event_log:
+        with SqlEventLog.open(log, read_only=True) as event_log:
             for request_id in request:
                 if event_log.head(request_id) is None:
                     typer.echo(f"error: no request {request_id!r} in {log}", err=True)

@@ -4,6 +4,7 @@ Reads logs through the :class:`~specround.statemachine.ports.EventLog` port and 
 ``statemachine``; the ``audit``, ``replay`` and ``faults`` commands of the CLI are thin wrappers.
 """
 
+from specround.audit.attest import anchor_of, audit_anchor, audit_signatures
 from specround.audit.fault_matrix import (
     FAULT_MATRIX_SHAPES,
     FaultCell,
@@ -13,7 +14,7 @@ from specround.audit.fault_matrix import (
     scripted_round,
 )
 from specround.audit.report import AuditFinding, AuditReport, RequestAudit
-from specround.audit.run import ReplayCheck, audit_log, audit_request, replay_against_heads
+from specround.audit.run import ReplayCheck, audit_log, audit_request, replay_against_heads, with_findings
 
 __all__ = [
     "FAULT_MATRIX_SHAPES",
@@ -24,9 +25,13 @@ __all__ = [
     "ReplayCheck",
     "RequestAudit",
     "RoundShape",
+    "anchor_of",
+    "audit_anchor",
     "audit_log",
     "audit_request",
+    "audit_signatures",
     "replay_against_heads",
     "run_fault_matrix",
     "scripted_round",
+    "with_findings",
 ]

@@ -46,6 +46,11 @@ _MASS_RTOL = 4.0 * float(torch.finfo(torch.float32).eps)
 their difference once in float32)."""
 
 
+def _unreadable(exc: Exception) -> str:
+    text = " ".join(str(exc).split())[:200]
+    return f"a logged value cannot be checked ({type(exc).__name__}: {text})"
+
+
 def _signed64(value: int) -> int:
     value &= (1 << 64) - 1
     return value - (1 << 64) if value >= (1 << 63) else value
@@ -87,8 +92,14 @@ class DecisionAuditor:
         )
 
     def __call__(self, rnd: ReplayedRound) -> None:
-        """Check one replayed round (the replay observer)."""
+        """Check one replayed round (the replay observer); an unreadable value is a ``malformed`` finding."""
         self.rounds += 1
+        try:
+            self._check_round(rnd)
+        except Exception as exc:  # a field replay does not read holds a value of the wrong type
+            self._find("INV-10", "malformed", rnd.seq, rnd.round_id, _unreadable(exc))
+
+    def _check_round(self, rnd: ReplayedRound) -> None:
         ready, verified, decided = rnd.ready, rnd.verified, rnd.decided
         seq, round_id = rnd.seq, rnd.round_id
 
@@ -222,6 +233,21 @@ class DecisionAuditor:
         """Run the batched RNG and acceptance checks; return every finding of the request."""
         draws = self._draws
         self._draws = []
+        kept = len(self.findings)
+        try:
+            self._check_draws(draws)
+        except Exception:  # some logged value is not a number: check the rounds one by one to name it
+            del self.findings[kept:]
+            for draw in draws:
+                kept = len(self.findings)
+                try:
+                    self._check_draws([draw])
+                except Exception as exc:
+                    del self.findings[kept:]
+                    self._find("INV-10", "malformed", draw.seq, draw.round_id, _unreadable(exc))
+        return list(self.findings)
+
+    def _check_draws(self, draws: list[_Draws]) -> None:
         tests = [(d, i) for d in draws for i in range(len(d.expected))]
         if tests:
             seeds = torch.tensor([_signed64(d.seed) for d, _ in tests], dtype=torch.int64)
@@ -272,4 +298,3 @@ class DecisionAuditor:
                         d.round_id,
                         f"TERMINAL uniform is {d.terminal_uniform!r}, Philox gives {u_fresh!r}",
                     )
-        return list(self.findings)

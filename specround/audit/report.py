@@ -19,8 +19,11 @@ class AuditFinding(BaseModel):
     """The invariant it violates, e.g. ``"INV-9"`` (numbering of specs/invariants.md)."""
     kind: str
     """What was found: a hash-chain finding by name (``edited``, ``dropped``, ``duplicated``,
-    ``reordered``, ``inserted``), ``replay`` (an event sequence replay refuses), ``head``, ``acceptance``,
-    ``uniform``, ``terminal``, ``emitted``, ``stop``."""
+    ``reordered``, ``inserted``, ``malformed``: a row that cannot be read as an event), ``orphan`` (events
+    of a request the log has no head for), ``unreadable`` (a read of the log failed), ``replay`` (an
+    event sequence replay refuses), ``head``, ``acceptance``, ``uniform``, ``terminal``, ``emitted``,
+    ``stop``; with a key or an anchor (invariant ``SIGNED``): ``unsigned``, ``forged``, ``rewritten``,
+    ``rewound``. ``audit-error`` is the audit's own safety net and should never appear."""
     seq: int | None = None
     round_id: str | None = None
     message: str

@@ -10,42 +10,96 @@ decision is re-derived from the logged values and the counter-based RNG (INV-10,
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from specround.audit.decisions import DecisionAuditor
 from specround.audit.report import AuditFinding, AuditReport, RequestAudit
-from specround.errors import EventLogError, LogIntegrityError
+from specround.errors import SpecroundError
 from specround.statemachine.chain import verify_chain
-from specround.statemachine.ports import EventLog
+from specround.statemachine.ports import EventLog, LogHead, StoredEvent
 from specround.statemachine.replay import replay_request
 
-__all__ = ["ReplayCheck", "audit_log", "audit_request", "replay_against_heads"]
+__all__ = ["ReplayCheck", "audit_log", "audit_request", "replay_against_heads", "with_findings"]
+
+
+def _finding(
+    request_id: str, invariant: str, kind: str, message: str, seq: int | None = None
+) -> AuditFinding:
+    return AuditFinding(request_id=request_id, invariant=invariant, kind=kind, seq=seq, message=message)
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
 
 
 def audit_request(log: EventLog, request_id: str) -> RequestAudit:
-    """Audit one request of ``log``."""
-    events = list(log.events(request_id))
-    head = log.head(request_id)
-    findings: list[AuditFinding] = [
-        AuditFinding(
-            request_id=request_id, invariant="INV-9", kind=f.kind.value, seq=f.seq, message=f.message
-        )
-        for f in verify_chain(events, head)
-    ]
-    if not events:
+    """Audit one request of ``log`` (read on its own; a damaged log gives findings, never an exception)."""
+    findings: list[AuditFinding] = []
+    events: list[StoredEvent] = []
+    try:
+        events = list(log.events(request_id))
+    except SpecroundError as exc:
         findings.append(
-            AuditFinding(
-                request_id=request_id, invariant="INV-8", kind="replay", message="the request has no events"
+            _finding(request_id, "INV-9", "unreadable", f"the events cannot be read: {_why(exc)}")
+        )
+    return _audit_events(log, request_id, events, findings, in_table=None)
+
+
+def _read_head(log: EventLog, request_id: str, findings: list[AuditFinding]) -> tuple[bool, LogHead | None]:
+    """(readable, head): a head row that cannot be read is a ``head`` finding."""
+    try:
+        return True, log.head(request_id)
+    except SpecroundError as exc:
+        findings.append(_finding(request_id, "INV-8", "head", f"the head cannot be read: {_why(exc)}"))
+        return False, None
+
+
+def _audit_events(
+    log: EventLog,
+    request_id: str,
+    events: list[StoredEvent],
+    findings: list[AuditFinding],
+    *,
+    in_table: bool | None,
+) -> RequestAudit:
+    """Audit one request's events against its head.
+
+    ``in_table``: whether the log lists the request (None: not known, e.g. a request audited by id).
+    """
+    readable, head = _read_head(log, request_id, findings)
+    if readable and head is None and events:
+        findings.append(
+            _finding(
+                request_id,
+                "INV-9",
+                "orphan",
+                f"{len(events)} event(s) of a request the log has no head for (a deleted request row?)",
+                seq=events[0].seq,
             )
         )
+    elif in_table is False and head is not None:
+        findings.append(_finding(request_id, "INV-8", "head", "the request is missing from the request list"))
+    try:
+        findings.extend(
+            _finding(request_id, "INV-9", f.kind.value, f.message, seq=f.seq)
+            for f in verify_chain(events, head)
+        )
+    except Exception as exc:  # pragma: no cover - verify_chain reads every field defensively
+        findings.append(_finding(request_id, "INV-9", "audit-error", f"the chain check failed: {_why(exc)}"))
+    head_digest = head.state_digest if head else None
+    if not events:
+        if readable and head is not None:
+            findings.append(_finding(request_id, "INV-9", "dropped", "the request has a head but no events"))
+        elif not findings:
+            findings.append(_finding(request_id, "INV-8", "replay", "the request has no events"))
         return RequestAudit(
             request_id=request_id,
             events=0,
             rounds=0,
             generation=None,
             state_digest=None,
-            head_digest=head.state_digest if head else None,
+            head_digest=head_digest,
             finished=None,
             findings=tuple(findings),
         )
@@ -53,30 +107,25 @@ def audit_request(log: EventLog, request_id: str) -> RequestAudit:
     generation = digest = finished = None
     try:
         replayed = replay_request(events, on_round=auditor)
-    except (LogIntegrityError, EventLogError) as exc:
-        findings.append(
-            AuditFinding(request_id=request_id, invariant="INV-8", kind="replay", message=str(exc))
-        )
+    except SpecroundError as exc:
+        findings.append(_finding(request_id, "INV-8", "replay", str(exc)))
+    except Exception as exc:  # pragma: no cover - replay names every refusal; kept so the audit goes on
+        findings.append(_finding(request_id, "INV-8", "audit-error", f"replay failed: {_why(exc)}"))
     else:
         state = replayed.state
         generation, digest, finished = state.generation, replayed.snapshot.digest, state.finished
         if head is None:
-            findings.append(
-                AuditFinding(
-                    request_id=request_id, invariant="INV-8", kind="head", message="the log has no head"
-                )
-            )
+            if readable and not any(f.kind == "orphan" for f in findings):
+                findings.append(_finding(request_id, "INV-8", "head", "the log has no head"))
         elif (head.state_digest, head.generation, head.finished) != (digest, generation, finished):
             findings.append(
-                AuditFinding(
-                    request_id=request_id,
-                    invariant="INV-8",
-                    kind="head",
-                    message=(
-                        f"replay reaches generation {generation} (finished={finished}, "
-                        f"digest {digest[:16]}...); the head says {head.generation} "
-                        f"(finished={head.finished}, digest {head.state_digest[:16]}...)"
-                    ),
+                _finding(
+                    request_id,
+                    "INV-8",
+                    "head",
+                    f"replay reaches generation {generation} (finished={finished}, "
+                    f"digest {digest[:16]}...); the head says {head.generation} "
+                    f"(finished={head.finished}, digest {head.state_digest[:16]}...)",
                 )
             )
     findings.extend(auditor.finish())
@@ -86,16 +135,112 @@ def audit_request(log: EventLog, request_id: str) -> RequestAudit:
         rounds=auditor.rounds,
         generation=generation,
         state_digest=digest,
-        head_digest=head.state_digest if head else None,
+        head_digest=head_digest,
         finished=finished,
         findings=tuple(findings),
     )
 
 
+def _grouped(stream: Iterator[StoredEvent]) -> Iterator[tuple[str, list[StoredEvent]]]:
+    """Consecutive events of one request id (the stream is ordered by request, seq)."""
+    current: str | None = None
+    group: list[StoredEvent] = []
+    for event in stream:
+        if event.request_id != current and group:
+            assert current is not None
+            yield current, group
+            group = []
+        current = event.request_id
+        group.append(event)
+    if group:
+        assert current is not None
+        yield current, group
+
+
+_LOG = "(log)"
+"""The request id of findings about the whole log rather than one request."""
+
+
 def audit_log(log: EventLog, request_ids: Iterable[str] | None = None) -> AuditReport:
-    """Audit every request of ``log`` (or the given ones), one request at a time."""
-    ids = list(request_ids) if request_ids is not None else log.request_ids()
-    return AuditReport(requests=tuple(audit_request(log, rid) for rid in ids))
+    """Audit every request of ``log`` (or the given ones), one request at a time.
+
+    The whole-log audit enumerates requests from the events as well as from the log's request list, so
+    events whose request row was deleted are reported (``orphan``), and so is a listed request without
+    events. Nothing a damaged log holds raises: a row, payload, head or schema the audit cannot read is a
+    named finding, and the audit goes on with the rest of the log.
+    """
+    if request_ids is not None:
+        return AuditReport(requests=tuple(audit_request(log, rid) for rid in dict.fromkeys(request_ids)))
+    audits: list[RequestAudit] = []
+    log_findings: list[AuditFinding] = []
+    listed: list[str] = []
+    try:
+        listed = list(log.request_ids())
+    except SpecroundError as exc:
+        log_findings.append(
+            _finding(_LOG, "INV-9", "unreadable", f"the request list cannot be read: {_why(exc)}")
+        )
+    listed_set = set(listed)
+    seen: set[str] = set()
+    try:
+        for request_id, events in _grouped(iter(log.events())):
+            if request_id in seen:  # pragma: no cover - the port orders the stream by request
+                log_findings.append(_finding(request_id, "INV-9", "reordered", "events not stored together"))
+                continue
+            seen.add(request_id)
+            audits.append(_audit_events(log, request_id, events, [], in_table=request_id in listed_set))
+    except SpecroundError as exc:
+        log_findings.append(_finding(_LOG, "INV-9", "unreadable", f"the event stream broke off: {_why(exc)}"))
+        for request_id in listed:  # read the requests the stream did not reach one by one
+            if request_id not in seen:
+                seen.add(request_id)
+                audits.append(audit_request(log, request_id))
+    for request_id in listed:
+        if request_id not in seen:
+            audits.append(_audit_events(log, request_id, [], [], in_table=True))
+    if log_findings:
+        audits.append(
+            RequestAudit(
+                request_id=_LOG,
+                events=0,
+                rounds=0,
+                generation=None,
+                state_digest=None,
+                head_digest=None,
+                finished=None,
+                findings=tuple(log_findings),
+            )
+        )
+    audits.sort(key=lambda a: a.request_id)
+    return AuditReport(requests=tuple(audits))
+
+
+def with_findings(report: AuditReport, findings: Iterable[AuditFinding]) -> AuditReport:
+    """``report`` with more findings added to the requests they name (new entries for other ids)."""
+    extra: dict[str, list[AuditFinding]] = {}
+    for finding in findings:
+        extra.setdefault(finding.request_id, []).append(finding)
+    if not extra:
+        return report
+    audits = []
+    for audit in report.requests:
+        more = extra.pop(audit.request_id, [])
+        audits.append(audit.model_copy(update={"findings": (*audit.findings, *more)}) if more else audit)
+    for request_id, more in extra.items():
+        audits.append(
+            RequestAudit(
+                request_id=request_id,
+                events=0,
+                rounds=0,
+                generation=None,
+                state_digest=None,
+                head_digest=None,
+                finished=None,
+                findings=tuple(more),
+            )
+        )
+    audits.sort(key=lambda a: a.request_id)
+    return AuditReport(requests=tuple(audits))
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,17 +268,22 @@ class ReplayCheck:
 
 
 def replay_against_heads(log: EventLog, request_id: str | None = None) -> list[ReplayCheck]:
-    """Replay every request (or one) from its events and compare with the log's head state digests."""
+    """Replay every request (or one) from its events and compare with the log's head state digests.
+
+    A head or event that cannot be read is that request's ``error``; nothing a damaged log holds raises.
+    """
     ids = [request_id] if request_id is not None else log.request_ids()
     checks = []
     for rid in ids:
-        head = log.head(rid)
-        head_generation = head.generation if head else None
-        head_digest = head.state_digest if head else None
-        events = list(log.events(rid))
+        events: list[StoredEvent] = []
+        head_generation = head_digest = None
         try:
+            head = log.head(rid)
+            head_generation = head.generation if head else None
+            head_digest = head.state_digest if head else None
+            events = list(log.events(rid))
             replayed = replay_request(events)
-        except (LogIntegrityError, EventLogError) as exc:
+        except SpecroundError as exc:
             checks.append(
                 ReplayCheck(rid, len(events), 0, None, None, head_generation, head_digest, str(exc))
             )

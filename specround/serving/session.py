@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from specround.adapters.sql.engine import LogLocation, parse_location
+from specround.adapters.sql.probe import probe_sqlite_file
 from specround.errors import InvalidRequestError, ModelLoadError
 from specround.sampling.processors.chain import ProcessorChain, sampling_chain
 from specround.sampling.types import Layout
@@ -47,6 +48,7 @@ from specround.serving.policy import (
     FixedDraftLength,
 )
 from specround.serving.stats import AcceptanceStats, RoundOutcome
+from specround.signing import HmacSigner, LogSigner, load_key
 from specround.statemachine.model_ports import Proposer
 from specround.telemetry.observation import RoundRecorder
 
@@ -90,6 +92,8 @@ class GenerateOptions:
     log: str | None = None
     chat: bool = True
     """Wrap the prompt in the model's chat template as one user message."""
+    key_file: str | None = None
+    """Sign the log's heads with the HMAC key in this file (else ``SPECROUND_LOG_KEY``, if set)."""
 
 
 def parse_draft_length(value: str) -> int | None:
@@ -244,6 +248,8 @@ class GenerationSession:
     stop_ids: tuple[int, ...]
     stop_sequences: tuple[tuple[int, ...], ...]
     coordinate: dict[str, Any]
+    signer: LogSigner | None = None
+    """Signs every head the run publishes (:mod:`specround.signing`), when a key was given."""
 
     def run(
         self,
@@ -270,7 +276,7 @@ class GenerationSession:
 
         if self.log_location.sqlite_path is not None:
             self.log_location.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
-        log = SqlEventLog.open(self.log_location.connect_target())
+        log = SqlEventLog.open(self.log_location.connect_target(), signer=self.signer)
         try:
             controller = RoundController(log)
             loop = ServingLoop(
@@ -327,6 +333,13 @@ def prepare_session(options: GenerateOptions) -> GenerationSession:
     # 1. Everything that needs no model.
     if not options.prompt or not options.prompt.strip():
         raise InvalidRequestError("the prompt is empty")
+    for name, text in [("the prompt", options.prompt), *(("a --stop string", t) for t in options.stop)]:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequestError(f"{name} is not valid UTF-8 text") from None
+    if isinstance(options.seed, bool) or not -(2**63) <= options.seed < 2**64:
+        raise InvalidRequestError(f"--seed must be an integer in [-2**63, 2**64), got {options.seed}")
     if isinstance(options.max_tokens, bool) or options.max_tokens < 1:
         raise InvalidRequestError(f"--max-tokens must be >= 1, got {options.max_tokens}")
     fixed_k = parse_draft_length(options.k)
@@ -347,8 +360,10 @@ def prepare_session(options: GenerateOptions) -> GenerationSession:
         else Path(options.log or default_log_path()).expanduser()
     )
     log_path = log_location.sqlite_path
-    if log_path is not None and log_path.exists() and not log_path.is_file():
-        raise InvalidRequestError(f"--log {log_path} exists and is not a file")
+    if log_path is not None:
+        probe_sqlite_file(log_path)  # refuses a folder, a path under a file, another tool's database
+    key = load_key(options.key_file)
+    signer = HmacSigner(key) if key is not None else None
     model_path = Path(options.model).expanduser() if options.model else None
     if model_path is not None and not model_path.is_file():
         raise ModelLoadError(f"model file not found: {model_path}")
@@ -418,4 +433,5 @@ def prepare_session(options: GenerateOptions) -> GenerationSession:
         stop_ids=stop_ids,
         stop_sequences=tuple(sequences),
         coordinate=coordinate,
+        signer=signer,
     )

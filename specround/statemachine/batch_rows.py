@@ -21,6 +21,7 @@ import torch
 
 from specround.errors import InvalidRequestError, ShapeMismatchError
 from specround.sampling.types import PAD_ID
+from specround.statemachine.step_inputs import MAX_DRAFT_LENGTH
 
 __all__ = ["BatchRows", "check_batch_rows"]
 
@@ -98,6 +99,8 @@ def check_batch_rows(
     ):
         raise ShapeMismatchError(f"draft_lens must be an integer tensor [B], got {_shape(draft_lens)}")
     k = int(draft_ids.shape[1])
+    if k > MAX_DRAFT_LENGTH:
+        raise InvalidRequestError(f"draft width K = {k}: a round holds at most {MAX_DRAFT_LENGTH} drafts")
     vocab = int(p.shape[2])
     if tuple(p.shape) != (n, k + 1, vocab) or draft_ids.shape[0] != n or draft_lens.shape[0] != n:
         raise ShapeMismatchError(

@@ -17,6 +17,9 @@ order, the way the log returns them) and reports every finding by name:
 ``inserted``
     An event no later event links to although it is not the chain's head (a forged extra event), or an
     event stored after the head.
+``malformed``
+    A row the log could not read as an event (its ``defect``: a payload that is not a JSON object, a column
+    of the wrong type, ...). It is then treated like an edited event.
 
 The head (:class:`~specround.statemachine.ports.LogHead`) anchors the tail: without it, dropping the last
 events or appending a forged tail with correct links is undetectable from the events alone.
@@ -42,6 +45,7 @@ class ChainFindingKind(StrEnum):
     DUPLICATED = "duplicated"
     REORDERED = "reordered"
     INSERTED = "inserted"
+    MALFORMED = "malformed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +92,10 @@ def verify_chain(events: Iterable[StoredEvent], head: LogHead | None = None) -> 
     edited: set[int] = set()
     for index, event in enumerate(unique):
         payload = event.payload
+        if event.defect is not None or not isinstance(payload, dict):
+            report(ChainFindingKind.MALFORMED, event.seq, event.defect or "the payload is not an object")
+            edited.add(index)
+            continue
         raw = event.payload_bytes
         data = raw if raw is not None else canonical_bytes(payload)
         if chain_hash(event.prev_hash, data) != event.hash:

@@ -80,6 +80,13 @@ from specround.statemachine.state import (
     RequestState,
 )
 from specround.statemachine.step import Step, StepFsm, StepSettings, refused_result
+from specround.statemachine.step_inputs import (
+    INT64_END,
+    MAX_ROUND_ID_LENGTH,
+    CheckedProposal,
+    check_identity,
+    check_proposal,
+)
 from specround.statemachine.step_result import PendingStep, StepResult
 from specround.statemachine.work import LastRound, LiveRequest, RoundWork
 from specround.statemachine.writer import PublicationWriter
@@ -259,7 +266,8 @@ class RoundController:
             try:
                 step._rounds.append(self._open_round(index, proposal))
             except SpecroundError as error:
-                live = self._live.get(proposal.request_id)
+                rid = proposal.request_id
+                live = self._live.get(rid) if isinstance(rid, str) else None
                 generation = live.current.state.generation if live is not None else -1
                 step._results[index] = refused_result(
                     proposal.request_id, proposal.round_id, error, generation
@@ -485,8 +493,14 @@ class RoundController:
             raise InvalidRequestError("the prompt must hold at least one token")
         if isinstance(seed, bool) or not isinstance(seed, int) or not _SEED_MIN <= seed < _SEED_END:
             raise InvalidRequestError(f"seed must be an integer in [-2**63, 2**64), got {seed!r}")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise InvalidRequestError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        if (
+            isinstance(max_new_tokens, bool)
+            or not isinstance(max_new_tokens, int)
+            or not 1 <= max_new_tokens < INT64_END
+        ):
+            raise InvalidRequestError(
+                f"max_new_tokens must be an integer in [1, 2**63), got {max_new_tokens!r}"
+            )
         try:
             layout = Layout(layout)
         except ValueError:
@@ -508,7 +522,17 @@ class RoundController:
             raise InvalidRequestError(
                 f"softmax {softmax!r} disagrees with the chain's {chain.softmax.value!r}"
             )
-        sequences = [(int(t),) for t in stop_token_ids] + [tuple(int(t) for t in s) for s in stop_sequences]
+        try:
+            sequences: list[tuple[int, ...]] = [(_integer(t),) for t in stop_token_ids]
+            sequences += [tuple(_integer(t) for t in sequence) for sequence in stop_sequences]
+        except TypeError as exc:
+            raise InvalidRequestError(
+                f"stop_token_ids and stop_sequences must hold integers: {exc}"
+            ) from None
+        if not isinstance(prompt_advances_processors, bool):
+            raise InvalidRequestError(
+                f"prompt_advances_processors must be a bool, got {prompt_advances_processors!r}"
+            )
         spec = list(chain.to_spec())
         if sequences:
             spec.append(
@@ -588,24 +612,23 @@ class RoundController:
         self._fsm_pool.append(fsm)
 
     def _open_round(self, index: int, proposal: RoundProposal | RoundInput) -> RoundWork:
-        request_id = proposal.request_id
-        offered = proposal.coordinate_digest
+        request_id = check_identity(proposal)
+        live = self._entry(request_id)
+        if live.in_flight:
+            raise IllegalTransitionError(f"request {request_id!r} already has a round in flight")
+        checked = check_proposal(proposal, live.config.vocab_size, live.current.state.rng.proposal)
+        offered = checked.coordinate_digest
         live, start, retry = self._bind(request_id, offered)
-        vocab = live.config.vocab_size
-        draft_ids = _token_tuple(proposal.draft_ids, "draft_ids")
-        k = len(draft_ids)
-        q_rows = proposal.q_rows
-        if q_rows is None:
-            if k:
-                raise ShapeMismatchError(f"{k} drafts need q rows [{k}, {vocab}]")
-            q_rows = torch.empty(0, vocab, dtype=torch.float64)
-        if q_rows.dim() != 2 or tuple(q_rows.shape) != (k, vocab) or not q_rows.dtype.is_floating_point:
-            raise ShapeMismatchError(
-                f"q rows of {request_id!r} must be float [{k}, {vocab}], "
-                f"got {q_rows.dtype} {tuple(q_rows.shape)}"
-            )
         return self._opened(
-            index, live, start, retry, offered, draft_ids, q_rows, proposal.proposal_draws, proposal
+            index,
+            live,
+            start,
+            retry,
+            offered,
+            checked.draft_ids,
+            checked.q_rows,
+            checked.proposal_draws,
+            checked,
         )
 
     def _open_batch_row(
@@ -663,7 +686,7 @@ class RoundController:
         draft_ids: tuple[int, ...],
         q_rows: torch.Tensor,
         draws: object,
-        extra: RoundProposal | RoundInput | _BatchRowExtras,
+        extra: CheckedProposal | _BatchRowExtras,
         batch_row: int = -1,
     ) -> RoundWork:
         """Open a bound round after its last checks (the request's round is then in flight)."""
@@ -685,8 +708,17 @@ class RoundController:
                 f"counter is int64), got {draws!r}"
             )
         round_id = extra.round_id
-        if round_id is not None and (not isinstance(round_id, str) or not round_id):
-            raise InvalidRequestError(f"round_id must be a non-empty string, got {round_id!r}")
+        if round_id is not None and (
+            not isinstance(round_id, str) or not 0 < len(round_id) <= MAX_ROUND_ID_LENGTH
+        ):
+            raise InvalidRequestError(
+                f"round_id of {request_id!r} must be None or a str of 1..{MAX_ROUND_ID_LENGTH} characters, "
+                f"got {type(round_id).__name__}"
+            )
+        if extra.timings is not None and not isinstance(extra.timings, RoundTimings):
+            raise InvalidRequestError(
+                f"timings of {request_id!r} must be RoundTimings or None, got {type(extra.timings).__name__}"
+            )
         round_id = round_id or _derived_round_id(state.generation, offered, draft_ids)
         live.in_flight = True
         return RoundWork(
@@ -725,12 +757,21 @@ def _token_tuple(values: Sequence[int] | torch.Tensor, name: str) -> tuple[int, 
                 f"{name} must be a 1-D integer tensor, got {values.dtype} {tuple(values.shape)}"
             )
         return tuple(values.tolist())  # an integer dtype: tolist gives ints
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise InvalidRequestError(f"{name} must be a sequence of integers, got {type(values).__name__}")
     out = []
     for value in values:
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidRequestError(f"{name} must hold integers, got {value!r}")
         out.append(value)
     return tuple(out)
+
+
+def _integer(value: object) -> int:
+    """``value`` if it is an ``int`` (not a ``bool``); TypeError naming it otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{value!r} is not an integer")
+    return value
 
 
 def _derived_round_id(generation: int, coordinate: str, draft_ids: tuple[int, ...]) -> str:

@@ -180,9 +180,13 @@ def parse_event(payload: dict[str, Any]) -> Event:
     Raises :class:`SchemaVersionError` for a version newer than this release or with no upcaster path, and
     :class:`LogIntegrityError` for a payload that does not validate.
     """
+    if not isinstance(payload, dict):
+        raise LogIntegrityError(f"an event payload must be a JSON object, got {type(payload).__name__}")
     data = dict(payload)
     kind = str(data.get("kind"))
-    version = int(data.get("schema_version", 1))
+    version = data.get("schema_version", 1)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise LogIntegrityError(f"{kind} event has schema_version {version!r}, not an integer")
     if version > EVENT_SCHEMA_VERSION:
         raise SchemaVersionError(f"{kind} event has schema_version {version} > {EVENT_SCHEMA_VERSION}")
     while version < EVENT_SCHEMA_VERSION:

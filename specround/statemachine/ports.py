@@ -59,6 +59,10 @@ class StoredEvent:
     """The canonical bytes exactly as stored and hashed, when the log has them (``payload`` is decoded from
     them). Readers then verify the chain over these bytes instead of re-serialising ``payload``; a log that
     does not keep them leaves None."""
+    defect: str | None = None
+    """What was wrong with the stored row when the log could not read it as written (a payload that is
+    not a JSON object, a column of the wrong type, ...); None for a well-formed row. The chain check and
+    replay refuse an event with a defect by name."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,7 +117,8 @@ class _Fold:
             opened = parse_event(payload)
         except SpecroundError as exc:
             raise self._error(first, str(exc)) from exc
-        assert isinstance(opened, RequestOpened)
+        if not isinstance(opened, RequestOpened):
+            raise self._error(first, f"the payload is a {opened.kind} event")
         if opened.config.request_id != self.request_id:
             raise self._error(first, f"configuration names request {opened.config.request_id!r}")
         if first.generation != 0:
@@ -125,7 +126,7 @@ class _Fold:
         self.config = opened.config
         try:
             self.snapshot = open_snapshot(opened.config)
-        except SpecroundError as exc:
+        except Exception as exc:  # a configuration the chain vouches for but no controller could open
             raise self._error(first, f"the configuration cannot be opened: {exc}") from exc
         if self.snapshot.digest != opened.initial_state_digest:
             raise self._error(first, "the initial state digest does not match the configuration")
@@ -137,12 +138,16 @@ class _Fold:
 
     def _accept(self, event: StoredEvent) -> dict[str, Any]:
         """Envelope, sequence and hash-link checks; returns the current-version payload."""
+        if event.defect is not None:
+            raise self._error(event, f"malformed row: {event.defect}")
         if event.seq != self.expected_seq:
             raise self._error(event, f"expected seq {self.expected_seq} (an event is missing or reordered)")
         prev_hash = event.prev_hash
         if prev_hash != self.prev_hash:
             raise self._error(event, "prev_hash does not link to the previous event (dropped or reordered)")
         payload = event.payload
+        if not isinstance(payload, dict):
+            raise self._error(event, f"the payload is a {type(payload).__name__}, not an object")
         if self.verify_hashes:
             data = event.payload_bytes
             if data is None:
@@ -163,12 +168,16 @@ class _Fold:
 
     def feed(self, event: StoredEvent) -> None:
         """Take the next stored event of this request (the checks of :meth:`_accept`, inlined)."""
+        if event.defect is not None:
+            raise self._error(event, f"malformed row: {event.defect}")
         if event.seq != self.expected_seq:
             raise self._error(event, f"expected seq {self.expected_seq} (an event is missing or reordered)")
         prev_hash = event.prev_hash
         if prev_hash != self.prev_hash:
             raise self._error(event, "prev_hash does not link to the previous event (dropped or reordered)")
         payload = event.payload
+        if not isinstance(payload, dict):
+            raise self._error(event, f"the payload is a {type(payload).__name__}, not an object")
         if self.verify_hashes:
             data = event.payload_bytes
             if data is None:
@@ -204,14 +213,18 @@ class _Fold:
         pending.append(payload)
         if len(pending) == _ROUND_EVENTS:
             try:
-                self._fold_round(event)
-            except (KeyError, TypeError, ValueError) as exc:
-                raise self._error(event, f"malformed round payload: {exc!r}") from exc
+                replayed = self._fold_round(event)
+            except LogIntegrityError:
+                raise
+            except Exception as exc:  # any value the round's checks cannot even read is a malformed payload
+                raise self._error(event, f"malformed round payload: {exc!r}"[:500]) from exc
             self.round = []
+            if self.observer is not None:
+                self.observer(replayed)
 
     # --- per round --------------------------------------------------------------------------------------
 
-    def _fold_round(self, event: StoredEvent) -> None:
+    def _fold_round(self, event: StoredEvent) -> ReplayedRound:
         ready, verified, decided, staged, published = self.round
         start = self.snapshot
         s0 = start.state
@@ -324,26 +337,24 @@ class _Fold:
         )
         if published["commit_digest"] != commit_digest:
             raise fail("the commit digest does not match the round's events")
-        if self.observer is not None:
-            self.observer(
-                ReplayedRound(
-                    config=self.config,
-                    start=start,
-                    successor=successor,
-                    round_id=self.round_id,
-                    seq=event.seq,
-                    ready=ready,
-                    verified=verified,
-                    decided=decided,
-                    staged=staged,
-                    published=published,
-                )
-            )
+        replayed = ReplayedRound(
+            config=self.config,
+            start=start,
+            successor=successor,
+            round_id=self.round_id,
+            seq=event.seq,
+            ready=ready,
+            verified=verified,
+            decided=decided,
+            staged=staged,
+            published=published,
+        )
         self.previous = start
         self.snapshot = successor
         self.last_round_id = self.round_id
         self.last_coordinate = ready["coordinate_digest"]
         self.rounds += 1
+        return replayed
 
     def finish(self) -> ReplayedRequest:
         """The replayed request; refuses a round that was cut off."""

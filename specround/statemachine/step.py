@@ -19,9 +19,7 @@ from specround.errors import (
     EventLogError,
     IllegalTransitionError,
     InjectedFaultError,
-    InputError,
     InvalidRequestError,
-    ShapeMismatchError,
     SpecroundError,
     StaleGenerationError,
 )
@@ -56,6 +54,7 @@ from specround.statemachine.rounds import (
 )
 from specround.statemachine.staging import stage_kv, stage_successor
 from specround.statemachine.state import RngCounters, SpeculativeCommit
+from specround.statemachine.step_inputs import CheckedProposal, check_identity, check_verification
 from specround.statemachine.step_result import RowDecision
 from specround.statemachine.uniform_cache import batch_uniforms
 from specround.statemachine.work import LastRound, RoundWork
@@ -97,6 +96,35 @@ class StepFsm:
         """``before`` callback of ``publish``: the durable group commit (never in ``on_enter``)."""
         assert self.step is not None
         self.step._write_publication()
+
+
+def _proposal_of(rnd: RoundWork) -> CheckedProposal:
+    """The checked proposal an open round was built from (its fields were checked at ``begin_step``)."""
+    return CheckedProposal(
+        rnd.request_id,
+        rnd.coordinate_digest,
+        rnd.draft_ids,
+        rnd.q_rows,
+        rnd.proposal_draws,
+        rnd.round_id,
+        rnd.timings,
+    )
+
+
+def _own_input(items: list[RoundVerification | RoundInput], rnd: RoundWork) -> RoundInput | None:
+    """The round input the round was opened from, when the step was handed whole inputs in order.
+
+    So that a second input for the same request (whose first was refused) is verified with its own rows.
+    """
+    item = items[rnd.index] if rnd.index < len(items) else None
+    return item if isinstance(item, RoundInput) and item.request_id == rnd.request_id else None
+
+
+def _as_refusal(rnd: RoundWork, error: Exception) -> SpecroundError:
+    """A round's own failure as a specround error (an :class:`InputError` of the sampler stays as it is)."""
+    if isinstance(error, SpecroundError):
+        return error
+    return InvalidRequestError(f"the sampler cannot decide the round of {rnd.request_id!r}: {error!r}")
 
 
 def refused_result(
@@ -196,12 +224,16 @@ class Step:
         Whole :class:`RoundInput` records are accepted too (their verification half is read).
         """
         self._require(Trigger.VERIFY)
+        items = list(verifications)
         by_request: dict[str, RoundVerification | RoundInput] = {}
-        for item in verifications:
-            by_request.setdefault(item.request_id, item)
+        for item in items:
+            try:
+                by_request.setdefault(check_identity(item), item)
+            except SpecroundError:
+                continue  # no round of this step can be matched to it: that round finds no verification
         for rnd in self._live_rounds():
             try:
-                found = by_request.get(rnd.request_id)
+                found = _own_input(items, rnd) or by_request.get(rnd.request_id)
                 if found is None:
                     raise InvalidRequestError(f"no verification for request {rnd.request_id!r}")
                 self._attach_verification(rnd, found)
@@ -445,25 +477,9 @@ class Step:
         return self.results()
 
     def _attach_verification(self, rnd: RoundWork, verification: RoundVerification | RoundInput) -> None:
-        p_rows = verification.p_rows
-        k, vocab = len(rnd.draft_ids), rnd.live.config.vocab_size
-        if not isinstance(p_rows, torch.Tensor) or p_rows.dim() != 2 or tuple(p_rows.shape) != (k + 1, vocab):
-            shape = tuple(p_rows.shape) if isinstance(p_rows, torch.Tensor) else type(p_rows).__name__
-            raise ShapeMismatchError(f"p rows of {rnd.request_id!r} must be [{k + 1}, {vocab}], got {shape}")
-        if not p_rows.dtype.is_floating_point:
-            raise ShapeMismatchError(
-                f"p rows of {rnd.request_id!r} must be floating point, got {p_rows.dtype}"
-            )
-        q_rows = rnd.q_rows
-        if k and (q_rows.dtype != p_rows.dtype or q_rows.device != p_rows.device):
-            raise ShapeMismatchError(
-                f"q rows ({q_rows.dtype}, {q_rows.device}) and p rows ({p_rows.dtype}, {p_rows.device}) of "
-                f"{rnd.request_id!r} must share dtype and device"
-            )
-        if not k:
-            rnd.q_rows = q_rows.to(dtype=p_rows.dtype, device=p_rows.device)
-        rows = _verify_row_count(rnd, verification.verify_rows)
-        rnd.p_rows, rnd.branch, rnd.verify_rows = p_rows, verification.branch, rows
+        checked = check_verification(verification, _proposal_of(rnd), rnd.live.config.layout)
+        rnd.q_rows, rnd.p_rows = checked.q_rows, checked.p_rows
+        rnd.branch, rnd.verify_rows = checked.branch, checked.verify_rows
 
     def _rows_batch(self, group: Sequence[RoundWork]) -> SamplerBatch:
         """The sampler batch of ``group`` read from the step's batch tensors (a gather only if rows left)."""
@@ -490,16 +506,16 @@ class Step:
         self, group: list[RoundWork], make_batch: Callable[[Sequence[RoundWork]], SamplerBatch]
     ) -> None:
         """Decide one group of rounds sharing V, dtype and device; isolate bad input to its own round."""
-        batch = make_batch(group)
         try:
+            batch = make_batch(group)
             decision = self._decide_batch(group, batch)
-        except InputError:
+        except Exception:  # find the rounds that fail on their own; the others are decided together
             survivors: list[RoundWork] = []
             for rnd in group:
                 try:
                     self._decide_batch([rnd], make_batch([rnd]))
-                except InputError as error:
-                    self._abort_round(rnd, error)
+                except Exception as error:
+                    self._abort_round(rnd, _as_refusal(rnd, error))
                     continue
                 survivors.append(rnd)
             if not survivors:

@@ -11,6 +11,7 @@ import os
 from specround.adapters.sql.engine import DEFAULT_BUSY_TIMEOUT_S, LogLocation, build_engine, parse_location
 from specround.adapters.sql.log import SqlEventLog
 from specround.adapters.sql.migrate import SchemaStatus, head_revision, schema_status, upgrade
+from specround.adapters.sql.probe import SqliteFileKind, probe_sqlite_file
 
 __all__ = [
     "LogLocation",
@@ -29,8 +30,14 @@ def upgrade_database(
     *,
     busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
 ) -> SchemaStatus:
-    """Migrate the event-log schema at ``url_or_path`` to ``revision`` (creating a SQLite file if needed)."""
-    engine = build_engine(parse_location(url_or_path), busy_timeout_s=busy_timeout_s)
+    """Migrate the event-log schema at ``url_or_path`` to ``revision`` (creating a SQLite file if needed).
+
+    Another tool's SQLite database, or a file that is not one, is refused untouched.
+    """
+    location = parse_location(url_or_path)
+    if location.sqlite_path is not None:
+        probe_sqlite_file(location.sqlite_path)
+    engine = build_engine(location, busy_timeout_s=busy_timeout_s)
     try:
         return upgrade(engine, revision)
     finally:
@@ -45,9 +52,11 @@ def database_status(
     A SQLite path that does not exist is reported as having no schema, without creating the file.
     """
     location = parse_location(url_or_path)
-    if location.sqlite_path is not None and not location.sqlite_path.exists():
-        return SchemaStatus(current=None, head=head_revision())
-    engine = build_engine(location, busy_timeout_s=busy_timeout_s)
+    if location.sqlite_path is not None:
+        kind = probe_sqlite_file(location.sqlite_path)
+        if kind is not SqliteFileKind.EVENT_LOG:
+            return SchemaStatus(current=None, head=head_revision())
+    engine = build_engine(location, busy_timeout_s=busy_timeout_s, read_only=True)
     try:
         return schema_status(engine)
     finally:

@@ -20,6 +20,7 @@ after that long instead of waiting forever.
 from __future__ import annotations
 
 import os
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -27,7 +28,9 @@ from typing import Any, Literal
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.pool import QueuePool
 
+from specround.adapters.sql.probe import read_only_uri
 from specround.errors import InvalidLogUrlError
 
 __all__ = [
@@ -92,7 +95,8 @@ def parse_location(url_or_path: str | os.PathLike[str]) -> LogLocation:
         return LogLocation(URL.create("sqlite", database=str(path)), "sqlite", path)
     try:
         url = make_url(url_or_path)
-    except ArgumentError as exc:
+        _ = url.port  # a bad port or an unclosed IPv6 bracket fails here
+    except (ArgumentError, ValueError) as exc:
         raise InvalidLogUrlError(f"cannot parse event-log URL {url_or_path!r}: {exc}") from exc
     backend, _, driver = url.drivername.partition("+")
     if backend == "sqlite":
@@ -108,31 +112,56 @@ def parse_location(url_or_path: str | os.PathLike[str]) -> LogLocation:
     raise InvalidLogUrlError(f"unsupported database {backend!r}: the event log runs on SQLite or PostgreSQL")
 
 
-def build_engine(location: LogLocation, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:
-    """Create the engine for ``location`` with the log's connection settings (see the module docstring)."""
+def build_engine(
+    location: LogLocation, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S, read_only: bool = False
+) -> Engine:
+    """Create the engine for ``location`` with the log's connection settings (see the module docstring).
+
+    ``read_only``: SQLite files are opened with ``mode=ro`` and keep their journal mode; PostgreSQL
+    sessions run with ``default_transaction_read_only``. Nothing can be written through such an engine.
+    """
     if busy_timeout_s <= 0:
         raise InvalidLogUrlError(f"busy timeout must be positive, got {busy_timeout_s}")
     try:
         if location.backend == "sqlite":
-            engine = create_engine(location.url, connect_args={"timeout": busy_timeout_s})
-            _install_sqlite_hooks(engine)
+            if read_only:
+                assert location.sqlite_path is not None
+                uri = read_only_uri(location.sqlite_path)
+                engine = create_engine(
+                    "sqlite://",
+                    creator=lambda: sqlite3.connect(uri, uri=True, timeout=busy_timeout_s),
+                    poolclass=QueuePool,  # one connection per reader, as for a file URL
+                )
+            else:
+                engine = create_engine(location.url, connect_args={"timeout": busy_timeout_s})
+            _install_sqlite_hooks(engine, read_only=read_only)
         else:
             engine = create_engine(
                 location.url, connect_args={"connect_timeout": max(1, round(busy_timeout_s))}
             )
-            _install_postgres_hooks(engine, busy_timeout_s)
+            _install_postgres_hooks(engine, busy_timeout_s, read_only=read_only)
     except (ArgumentError, NoSuchModuleError, ImportError) as exc:
         raise InvalidLogUrlError(f"cannot use event-log URL {location.display()}: {exc}") from exc
     return engine
 
 
-def _install_sqlite_hooks(engine: Engine) -> None:
+def _lenient_text(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _install_sqlite_hooks(engine: Engine, *, read_only: bool) -> None:
     @event.listens_for(engine, "connect")
     def _configure(dbapi_connection: Any, _record: Any) -> None:
         # Take BEGIN away from the sqlite3 driver; the "begin" hook below emits it.
         dbapi_connection.isolation_level = None
+        # Text that is not valid UTF-8 (a damaged file) reads back with its bytes kept as surrogates, so
+        # the row is reported on its own instead of breaking the whole read.
+        dbapi_connection.text_factory = _lenient_text
         cursor = dbapi_connection.cursor()
         try:
+            if read_only:  # the file keeps its journal mode; nothing is written
+                cursor.execute("PRAGMA query_only = ON")
+                return
             cursor.execute(f"PRAGMA page_size = {SQLITE_PAGE_SIZE}")  # only a brand-new file takes it
             cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute("PRAGMA synchronous = NORMAL")
@@ -142,11 +171,11 @@ def _install_sqlite_hooks(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Connection) -> None:
-        read_only = connection.get_execution_options().get(READ_ONLY, False)
-        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        reading = read_only or connection.get_execution_options().get(READ_ONLY, False)
+        connection.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
 
 
-def _install_postgres_hooks(engine: Engine, busy_timeout_s: float) -> None:
+def _install_postgres_hooks(engine: Engine, busy_timeout_s: float, *, read_only: bool) -> None:
     lock_timeout_ms = max(1, round(busy_timeout_s * 1000))
 
     @event.listens_for(engine, "connect")
@@ -156,5 +185,7 @@ def _install_postgres_hooks(engine: Engine, busy_timeout_s: float) -> None:
         dbapi_connection.autocommit = True
         try:
             dbapi_connection.execute(f"SET lock_timeout = {lock_timeout_ms}")
+            if read_only:
+                dbapi_connection.execute("SET default_transaction_read_only = on")
         finally:
             dbapi_connection.autocommit = autocommit

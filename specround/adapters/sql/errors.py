@@ -83,6 +83,10 @@ def db_errors(action: str) -> Iterator[None]:
         raise
     except (sa_exc.SQLAlchemyError, sqlite3.Error) as error:
         raise map_db_error(error, action) from error
+    except UnicodeError as error:  # a stored text (or a key read from one) that is not valid UTF-8
+        raise LogIntegrityError(
+            f"event log could not {action}: text that is not valid UTF-8 ({error})"
+        ) from error
     except Exception as error:
         if type(error).__module__.startswith("psycopg"):
             raise map_db_error(error, action) from error

@@ -54,12 +54,28 @@ from specround.adapters.sql.fence import (
     prepare_round,
 )
 from specround.adapters.sql.migrate import SchemaStatus, ensure_schema, schema_status
-from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash, load
-from specround.errors import InvalidRequestError, LogUnavailableError
+from specround.adapters.sql.probe import SqliteFileKind, probe_sqlite_file
+from specround.adapters.sql.rows import (
+    SignatureRow,
+    decode_event_row,
+    decode_head_row,
+    decode_signature_row,
+)
+from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
+from specround.errors import (
+    InvalidRequestError,
+    LogIntegrityError,
+    LogUnavailableError,
+    SchemaVersionError,
+)
+from specround.signing import LogSigner, checkpoint_message, head_message
 from specround.statemachine.events import RequestOpened
 from specround.statemachine.ports import LogHead, PublishOutcome, RoundPublication, StoredEvent
 
-__all__ = ["PUBLISH_ATTEMPTS", "STREAM_BATCH", "SqlEventLog"]
+__all__ = ["DEFAULT_CHECKPOINT_EVERY", "PUBLISH_ATTEMPTS", "STREAM_BATCH", "SqlEventLog"]
+
+DEFAULT_CHECKPOINT_EVERY = 64
+"""Publishing calls between two signed checkpoints of every head (with a signer)."""
 
 PUBLISH_ATTEMPTS = 4
 """How often a transaction that hit a backstop (unique key, deadlock) is run again before giving up."""
@@ -143,6 +159,17 @@ class _Statements:
         self.all_events = f"SELECT {columns} FROM events ORDER BY request_id, seq"
         self.request_events = f"SELECT {columns} FROM events WHERE request_id = {self.mark} ORDER BY seq"
         self.request_ids = "SELECT request_id FROM requests ORDER BY request_id"
+        self.all_heads = (
+            "SELECT request_id, generation, head_seq, head_hash, state_digest, finished FROM requests "
+            "ORDER BY request_id"
+        )
+        self.insert_signature = (
+            "INSERT INTO signatures (scope, request_id, scheme, key_id, message, signature, recorded_at) "
+            f"VALUES ({', '.join([self.mark] * 7)})"
+        )
+        self.signatures = (
+            "SELECT id, scope, request_id, scheme, key_id, message, signature FROM signatures ORDER BY id"
+        )
 
     def heads(self, count: int) -> str:
         marks = ", ".join([self.mark] * count)
@@ -173,6 +200,9 @@ class SqlEventLog:
         self._postgres = location.backend == "postgresql"
         self._sql = _Statements(engine.dialect.paramstyle, self._postgres)
         self._closed = False
+        self._signer: LogSigner | None = None
+        self._checkpoint_every = DEFAULT_CHECKPOINT_EVERY
+        self._publishes = 0
         self._streams: weakref.WeakSet[Generator[StoredEvent, None, None]] = weakref.WeakSet()
         """Event streams not yet exhausted: each holds a connection (and a read transaction) until it ends."""
 
@@ -183,6 +213,9 @@ class SqlEventLog:
         *,
         create: bool = True,
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+        read_only: bool = False,
+        signer: LogSigner | None = None,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
     ) -> SqlEventLog:
         """Open the log at a filesystem path (SQLite) or a SQLAlchemy URL.
 
@@ -190,18 +223,46 @@ class SqlEventLog:
         release's schema; with ``create=False`` the log must already exist at the current schema
         (:class:`~specround.errors.LogUnavailableError` for a missing SQLite file,
         :class:`~specround.errors.SchemaVersionError` for a database that is not at head).
-        ``busy_timeout_s`` bounds every lock wait.
+        ``busy_timeout_s`` bounds every lock wait. ``read_only`` (implies ``create=False``) opens a log that
+        nothing can be written through: audits, replays and reports change no byte of it.
+
+        A SQLite file is looked at read-only first (:func:`~specround.adapters.sql.probe.probe_sqlite_file`):
+        a file that is not a SQLite database, another tool's database, or a path under a file is refused
+        with nothing written; an empty file may become a new log (with ``create``).
+
+        With a ``signer`` (:mod:`specround.signing`), every head a call moves is signed inside the same
+        transaction, and every ``checkpoint_every`` publishing calls of this handle (and at the first) a
+        checkpoint over every head of the log is signed too.
         """
+        if (
+            isinstance(checkpoint_every, bool)
+            or not isinstance(checkpoint_every, int)
+            or checkpoint_every < 1
+        ):
+            raise InvalidRequestError(
+                f"checkpoint_every must be a positive integer, got {checkpoint_every!r}"
+            )
         location = parse_location(url_or_path)
-        if not create and location.sqlite_path is not None and not location.sqlite_path.is_file():
-            raise LogUnavailableError(f"no event log at {location.sqlite_path}")
-        engine = build_engine(location, busy_timeout_s=busy_timeout_s)
+        create = create and not read_only
+        path = location.sqlite_path
+        if path is not None:
+            kind = probe_sqlite_file(path)
+            if not create and kind is SqliteFileKind.MISSING:
+                raise LogUnavailableError(f"no event log at {path}")
+            if not create and kind is SqliteFileKind.EMPTY:
+                raise SchemaVersionError(
+                    f"{path} is empty: it holds no event log (create one with `specround db upgrade URL`)"
+                )
+        engine = build_engine(location, busy_timeout_s=busy_timeout_s, read_only=read_only)
         try:
             ensure_schema(engine, create=create)
         except BaseException:
             engine.dispose()
             raise
-        return cls(engine, location)
+        log = cls(engine, location)
+        log._signer = signer
+        log._checkpoint_every = checkpoint_every
+        return log
 
     # --- introspection -----------------------------------------------------------------------------------
 
@@ -265,6 +326,12 @@ class SqlEventLog:
                     payload.decode("utf-8"),
                 ),
             )
+            if self._signer is not None:
+                cursor = _Cursor(connection)
+                try:
+                    self._sign_heads(cursor, [(event.request_id, 0, 0, link, state_digest, False)], now)
+                finally:
+                    cursor.close()
 
         self._write("open a request", attempt)
 
@@ -294,11 +361,17 @@ class SqlEventLog:
                     moved = cursor.run(self._sql.update_head, plan.head_updates, many=True).rowcount
                     if moved != len(plan.head_updates):
                         raise _RetryError(f"{len(plan.head_updates) - moved} compare-and-swap(s) lost")
+                    if self._signer is not None:
+                        moved_heads = [(u[6], u[0], u[1], u[2], u[3], bool(u[4])) for u in plan.head_updates]
+                        checkpoint = self._publishes % self._checkpoint_every == 0
+                        self._sign_heads(cursor, moved_heads, plan.head_updates[0][5], checkpoint=checkpoint)
             finally:
                 cursor.close()
             return plan.outcomes
 
-        return self._write("publish rounds", attempt)
+        outcomes = self._write("publish rounds", attempt)
+        self._publishes += 1
+        return outcomes
 
     def events(self, request_id: str | None = None) -> Iterator[StoredEvent]:
         """Stream stored events in (request, seq) order, for one request or all of them.
@@ -319,7 +392,7 @@ class SqlEventLog:
         """Every request id in the log, sorted (byte-wise, as Python sorts ``str``)."""
         self._check_open()
         return self._read(
-            "list requests", lambda c: [row[0] for row in c.exec_driver_sql(self._sql.request_ids)]
+            "list requests", lambda c: [str(row[0]) for row in c.exec_driver_sql(self._sql.request_ids)]
         )
 
     def head(self, request_id: str) -> LogHead | None:
@@ -328,18 +401,42 @@ class SqlEventLog:
 
         def read(connection: Connection) -> LogHead | None:
             row = connection.exec_driver_sql(self._sql.head, (request_id,)).first()
-            if row is None:
-                return None
-            return LogHead(
-                request_id=row[0],
-                generation=int(row[1]),
-                seq=int(row[2]),
-                hash=row[3],
-                state_digest=row[4],
-                finished=bool(row[5]),
-            )
+            return None if row is None else decode_head_row(tuple(row))
 
         return self._read("read a head", read)
+
+    def heads(self) -> list[LogHead]:
+        """Every request's head, by request id (a head row that cannot be read raises LogIntegrityError)."""
+        self._check_open()
+        return self._read(
+            "read the heads",
+            lambda c: [decode_head_row(tuple(row)) for row in c.exec_driver_sql(self._sql.all_heads)],
+        )
+
+    def signature_rows(self) -> list[SignatureRow]:
+        """Every stored signature, oldest first (empty for a log that was never written with a key)."""
+        self._check_open()
+
+        def read(connection: Connection) -> list[SignatureRow]:
+            rows = connection.exec_driver_sql(self._sql.signatures).fetchall()
+            return [decode_signature_row(tuple(row)) for row in rows]
+
+        return self._read("read the signatures", read)
+
+    def sign_checkpoint(self) -> None:
+        """Sign a checkpoint over every head now (after rows were moved out, e.g. by compaction)."""
+        self._check_open()
+        if self._signer is None:
+            raise InvalidRequestError("this log was opened without a signing key")
+
+        def attempt(connection: Connection) -> None:
+            cursor = _Cursor(connection)
+            try:
+                self._sign_heads(cursor, [], time.time(), checkpoint=True)
+            finally:
+                cursor.close()
+
+        self._write("sign a checkpoint", attempt)
 
     def close(self) -> None:
         """Close unfinished event streams and the pool; every later call raises LogUnavailableError."""
@@ -392,12 +489,46 @@ class SqlEventLog:
             with connection.begin():
                 return body(connection)
 
+    def _sign_heads(
+        self,
+        cursor: _Cursor,
+        heads: list[tuple[str, int, int, str, str, bool]],
+        at: float,
+        *,
+        checkpoint: bool = False,
+    ) -> None:
+        """Sign the heads a write moved (and, when one is due, a checkpoint of every head)."""
+        signer = self._signer
+        assert signer is not None
+        rows: list[tuple[str, str | None, str, str, str, str, float]] = []
+        for head in heads:
+            message = head_message(*head, at)
+            rows.append(
+                ("head", head[0], signer.scheme, signer.key_id, message.decode(), signer.sign(message), at)
+            )
+        if checkpoint:
+            every = [decode_head_row(tuple(row)) for row in cursor.run(self._sql.all_heads, ()).fetchall()]
+            message = checkpoint_message(
+                [(h.request_id, h.generation, h.seq, h.hash, h.state_digest, h.finished) for h in every], at
+            )
+            rows.append(
+                ("checkpoint", None, signer.scheme, signer.key_id, message.decode(), signer.sign(message), at)
+            )
+        if rows:
+            cursor.run(self._sql.insert_signature, rows, many=True)
+
     def _read_heads(self, cursor: _Cursor, request_ids: list[str]) -> dict[str, Head]:
         heads: dict[str, Head] = {}
         for start in range(0, len(request_ids), _IN_CHUNK):
             chunk = tuple(request_ids[start : start + _IN_CHUNK])
             for row in cursor.run(self._sql.heads(len(chunk)), chunk).fetchall():
-                heads[row[0]] = Head(int(row[1]), int(row[2]), row[3], bool(row[4]))
+                try:
+                    heads[row[0]] = Head(int(row[1]), int(row[2]), str(row[3]), bool(row[4]))
+                except (TypeError, ValueError):
+                    raise LogIntegrityError(
+                        f"request {row[0]!r}: the head row is malformed ({row[1]!r}, {row[2]!r}); "
+                        "audit the log"
+                    ) from None
         return heads
 
     def _read_rounds(
@@ -412,7 +543,6 @@ class SqlEventLog:
         return known
 
     def _stream(self, sql: str, parameters: tuple[Any, ...]) -> Generator[StoredEvent, None, None]:
-        loads = load
         with db_errors("read events"), self._engine.connect() as connection:
             connection = connection.execution_options(**{READ_ONLY: True})
             with connection.begin():
@@ -422,31 +552,7 @@ class SqlEventLog:
                 try:
                     cursor.execute(sql, parameters)
                     while rows := cursor.fetchmany(STREAM_BATCH):
-                        for (
-                            request_id,
-                            seq,
-                            kind,
-                            round_id,
-                            generation,
-                            version,
-                            prev,
-                            link,
-                            at,
-                            text,
-                        ) in rows:
-                            data = text.encode("utf-8")  # the exact bytes the chain hashed
-                            yield StoredEvent(
-                                request_id,
-                                seq,
-                                kind,
-                                round_id,
-                                generation,
-                                version,
-                                loads(data),
-                                prev,
-                                link,
-                                at,
-                                data,
-                            )
+                        for row in rows:
+                            yield decode_event_row(row)
                 finally:
                     cursor.close()

@@ -9,6 +9,9 @@ metadata is what the log queries against, and a test checks that it matches what
 ``events``
     The append-only, per-request hash-chained log. Hot fields are columns; ``payload`` holds the event's
     canonical JSON text exactly as it was hashed, so an audit recomputes every link from what is stored.
+``signatures``
+    Signed heads and checkpoints (only a log opened with a key writes them; :mod:`specround.signing`): the
+    signed canonical message, the signature, its scheme and key id.
 ``publications``
     One row per published round. Its primary key (request, generation) and unique key (request, round id)
     are the database half of the fence (INV-6): no two transactions can publish the same generation of a
@@ -26,6 +29,7 @@ from sqlalchemy import (
     Column,
     Double,
     ForeignKeyConstraint,
+    Index,
     Integer,
     MetaData,
     PrimaryKeyConstraint,
@@ -45,6 +49,7 @@ __all__ = [
     "metadata",
     "publications",
     "requests",
+    "signatures",
 ]
 
 ID_LENGTH = 200
@@ -112,3 +117,19 @@ publications = Table(
     ForeignKeyConstraint(["request_id"], ["requests.request_id"], name="fk_publications_request_id"),
 )
 """One row per published round: the fence's unique keys (request, generation) and (request, round id)."""
+
+signatures = Table(
+    "signatures",
+    metadata,
+    Column("id", Integer, autoincrement=True, nullable=False),
+    Column("scope", String(16), nullable=False),
+    Column("request_id", identifier_type(), nullable=True),
+    Column("scheme", String(32), nullable=False),
+    Column("key_id", String(64), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("signature", String(128), nullable=False),
+    Column("recorded_at", Double, nullable=False),
+    PrimaryKeyConstraint("id", name="pk_signatures"),
+    Index("ix_signatures_request", "request_id", "id"),
+)
+"""Signed heads (``scope = 'head'``) and checkpoints over every head (``'checkpoint'``, no request id)."""

@@ -1,0 +1,142 @@
+"""Retention: move finished requests out of a log into an archive log, chains and signatures intact.
+
+:func:`compact_log` selects the requests of a SQL log that finished before a cutoff (their head row's
+``updated_at``), copies every row of theirs (``requests``, ``events``, ``publications``, ``signatures``)
+verbatim into a second log (a SQLite file, created and migrated when missing), and only after that copy
+has committed deletes them from the source in one transaction. Both logs then audit clean on their own: a
+moved request's chain is unchanged, and nothing in the source refers to it. A run cut short between the
+two transactions leaves the requests in both logs; running it again finds them already archived with the
+same head and only deletes them from the source.
+
+A signed log (one with ``signatures`` rows) is compacted only with its key: the newest signed checkpoint
+still lists the moved requests, so a fresh checkpoint is signed in both logs afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Table
+
+from specround.adapters.sql import tables
+from specround.adapters.sql.errors import db_errors
+from specround.adapters.sql.log import SqlEventLog
+from specround.errors import InvalidRequestError, LogIntegrityError
+from specround.signing import LogSigner
+
+__all__ = ["CompactReport", "compact_log"]
+
+_CHUNK = 200
+"""Requests moved per statement batch."""
+
+_COPIED = (tables.requests, tables.events, tables.publications, tables.signatures)
+"""Tables whose rows of a request move, parents first (a signature's own id is renumbered)."""
+
+
+def _columns(table: Table) -> list[str]:
+    return [
+        column.name for column in table.columns if not (table is tables.signatures and column.name == "id")
+    ]
+
+
+def _order(table: Table) -> str:
+    return ", ".join(column.name for column in table.primary_key.columns)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactReport:
+    """What one compaction moved."""
+
+    moved: tuple[str, ...]
+    """Request ids now only in the archive."""
+    events: int
+    """Event rows moved."""
+
+
+def _mark(connection: Connection) -> str:
+    return "?" if connection.dialect.paramstyle == "qmark" else "%s"
+
+
+def _marks(connection: Connection, count: int) -> str:
+    return ", ".join([_mark(connection)] * count)
+
+
+def _rows(connection: Connection, table: Table, ids: list[str]) -> list[tuple[Any, ...]]:
+    columns = ", ".join(_columns(table))
+    sql = (
+        f"SELECT {columns} FROM {table.name} WHERE request_id IN ({_marks(connection, len(ids))}) "
+        f"ORDER BY {_order(table)}"
+    )
+    return [tuple(row) for row in connection.exec_driver_sql(sql, tuple(ids)).fetchall()]
+
+
+def compact_log(
+    source: str | os.PathLike[str],
+    archive: str | os.PathLike[str],
+    *,
+    before: float,
+    signer: LogSigner | None = None,
+) -> CompactReport:
+    """Move the requests of ``source`` that finished before ``before`` (Unix seconds) into ``archive``."""
+    with SqlEventLog.open(source, create=False, signer=signer) as log:
+        if signer is None and log.signature_rows():
+            raise InvalidRequestError("the log is signed: compact it with its key (--key)")
+        with db_errors("select requests to compact"), log.engine.connect() as connection:
+            mark = _mark(connection)
+            found = connection.exec_driver_sql(
+                f"SELECT request_id FROM requests WHERE finished = {mark} AND updated_at < {mark} "
+                "ORDER BY request_id",
+                (True, before),
+            ).fetchall()
+        ids = [str(row[0]) for row in found]
+        if not ids:
+            return CompactReport(moved=(), events=0)
+        with SqlEventLog.open(archive, signer=signer) as target:
+            events = 0
+            for start in range(0, len(ids), _CHUNK):
+                chunk = ids[start : start + _CHUNK]
+                events += _copy(log, target, chunk)
+                _delete(log, chunk)
+            if signer is not None:
+                target.sign_checkpoint()
+                log.sign_checkpoint()
+    return CompactReport(moved=tuple(ids), events=events)
+
+
+def _copy(source: SqlEventLog, target: SqlEventLog, ids: list[str]) -> int:
+    """Copy the rows of ``ids`` into ``target`` (skipping requests it already holds with the same head)."""
+    with db_errors("read the requests to archive"), source.engine.connect() as connection:
+        rows = {table.name: _rows(connection, table, ids) for table in _COPIED}
+    with db_errors("write the archive"), target.engine.begin() as connection:
+        marks = _marks(connection, len(ids))
+        found = connection.exec_driver_sql(
+            f"SELECT request_id, head_hash FROM requests WHERE request_id IN ({marks})", tuple(ids)
+        ).fetchall()
+        held = {str(row[0]): str(row[1]) for row in found}
+        head_hash = _columns(tables.requests).index("head_hash")
+        heads = {str(row[0]): str(row[head_hash]) for row in rows["requests"]}
+        for request_id, link in held.items():
+            if heads.get(request_id) != link:
+                raise LogIntegrityError(
+                    f"request {request_id!r} is already archived with another head; nothing was moved"
+                )
+        for table in _COPIED:
+            columns = _columns(table)
+            at = columns.index("request_id")
+            fresh = [row for row in rows[table.name] if row[at] not in held]
+            if fresh:
+                connection.exec_driver_sql(
+                    f"INSERT INTO {table.name} ({', '.join(columns)}) "
+                    f"VALUES ({_marks(connection, len(columns))})",
+                    fresh,
+                )
+    return len(rows["events"])
+
+
+def _delete(source: SqlEventLog, ids: list[str]) -> None:
+    with db_errors("delete archived requests"), source.engine.begin() as connection:
+        marks = _marks(connection, len(ids))
+        for table in reversed(_COPIED):  # children first
+            connection.exec_driver_sql(f"DELETE FROM {table.name} WHERE request_id IN ({marks})", tuple(ids))

@@ -1,0 +1,71 @@
+"""Retention: finished requests older than a cutoff move to an archive log; both logs audit clean."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from specround.adapters.sql import SqlEventLog
+from specround.adapters.sql.compact import compact_log
+from specround.audit import audit_log, audit_signatures
+from specround.cli import app
+from specround.errors import InvalidRequestError
+from specround.signing import HmacSigner
+from specround.statemachine.controller import RoundController
+from tests.statemachine.step_fuzz import random_input
+
+KEY = b"the archive key, sixteen+ bytes"
+
+
+def _log(path: Path, signer: HmacSigner | None = None) -> None:
+    log = SqlEventLog.open(path, signer=signer)
+    controller = RoundController(log)
+    generator = torch.Generator().manual_seed(3)
+    budgets = {"done-1": 3, "done-2": 4, "running": 500}
+    for rid, budget in budgets.items():
+        controller.open_request((1, 2), seed=2, vocab_size=16, request_id=rid, max_new_tokens=budget)
+    for _ in range(4):
+        live = [rid for rid in budgets if not controller.state(rid).finished]
+        controller.step([random_input(controller, rid, 2, generator) for rid in live])
+    assert controller.state("done-1").finished and controller.state("done-2").finished
+    log.close()
+
+
+def _ids_and_audit(path: Path, signer: HmacSigner | None = None) -> tuple[list[str], bool]:
+    with SqlEventLog.open(path, read_only=True) as log:
+        report = audit_log(log)
+        signed_ok = signer is None or audit_signatures(log, signer) == []
+        return [r.request_id for r in report.requests], report.ok and signed_ok
+
+
+def test_finished_requests_move_with_their_chains(tmp_path: Path) -> None:
+    source, archive = tmp_path / "log.sqlite", tmp_path / "archive.sqlite"
+    _log(source)
+    report = compact_log(source, archive, before=time.time() + 60)
+    assert report.moved == ("done-1", "done-2") and report.events > 0
+    assert _ids_and_audit(source) == (["running"], True)
+    assert _ids_and_audit(archive) == (["done-1", "done-2"], True)
+    assert compact_log(source, archive, before=time.time() + 60).moved == ()  # nothing left to move
+    assert compact_log(source, archive, before=0.0).moved == ()  # the cutoff is honoured
+
+
+def test_a_signed_log_needs_its_key_and_both_logs_stay_signed(tmp_path: Path) -> None:
+    source, archive = tmp_path / "log.sqlite", tmp_path / "archive.sqlite"
+    signer = HmacSigner(KEY)
+    _log(source, signer)
+    with pytest.raises(InvalidRequestError, match="signed"):
+        compact_log(source, archive, before=time.time() + 60)
+    assert not archive.exists()
+    key_file = tmp_path / "key"
+    key_file.write_bytes(KEY)
+    cutoff = str(time.time() + 60)
+    result = CliRunner().invoke(
+        app, ["compact", str(source), "--archive", str(archive), "--before", cutoff, "--key", str(key_file)]
+    )
+    assert result.exit_code == 0 and "moved 2 requests" in result.output, result.output
+    assert _ids_and_audit(source, signer) == (["running"], True)
+    assert _ids_and_audit(archive, signer) == (["done-1", "done-2"], True)
