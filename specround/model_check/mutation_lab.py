@@ -11,7 +11,8 @@ mutation:
   logits); a mutation whose observations all equal the baseline's is inactive, and its "kills" would be
   vacuous;
 * **verdict**: ``killed`` when it is active and at least one check fails; ``survived`` otherwise (a failure
-  of ``specround check``); ``error`` when it could not be applied (a seam is gone).
+  of ``specround check``); ``error`` when it could not be applied (a seam is gone: its owner no longer
+  binds the function by identity) or when none of its seams was called while the checks ran (unreached).
 
 The checks (:data:`CHECKS`), each run as a plain function:
 
@@ -59,7 +60,7 @@ from typing import Any
 import torch
 
 from specround.errors import SpecroundError
-from specround.model_check.mutants import MUTATIONS, Mutation
+from specround.model_check.mutants import MUTATIONS, Mutation, SeamGoneError
 from specround.model_check.results import single_threaded
 
 __all__ = [
@@ -629,8 +630,10 @@ def _evaluate(mutation: Mutation, checks: Sequence[str], baseline: dict[str, Che
     started = time.perf_counter()
     seams = tuple(seam.name for seam in mutation.seams)
     try:
-        with mutation.applied():
+        with mutation.applied() as reach:
             outcomes = run_checks_once(checks)
+        if not reach.reached:
+            raise SeamGoneError(f"unreached: no seam of {mutation.name!r} was called while the checks ran")
     except (AttributeError, ImportError, SpecroundError) as error:
         return MutationRow(
             mutation.name,
