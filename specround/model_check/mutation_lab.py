@@ -28,6 +28,10 @@ The checks (:data:`CHECKS`), each run as a plain function:
     INV-1..INV-9 after every rule of the seeded walk (:class:`~.conformance.MachineWalk`).
 ``audit``
     :func:`~specround.audit.audit_log` of every log the conformance run wrote under the mutation.
+``pipelined faults``
+    The pipelined write-fault cells of :mod:`specround.audit.pipelined_faults` (a write that fails or loses
+    the fence while the next step is in flight, F-5 and F-6 beside it) on a memory log: every cell must
+    hold and audit clean.
 ``model K/V``
     The serving loop on the tiny Llama (both layouts, a draft model proposer): after every step the target's
     committed token ids equal ``C`` (INV-1, INV-5) and the logits its cache gives for the frontier equal a
@@ -474,11 +478,36 @@ def _model_law_check() -> CheckOutcome:
     )
 
 
+def _pipelined_check() -> CheckOutcome:
+    """``pipelined faults``: the pipelined write-fault cells on one layout and two shapes (memory log)."""
+    from specround.adapters.memory_log import MemoryEventLog
+    from specround.audit.fault_matrix import FAULT_MATRIX_SHAPES
+    from specround.audit.pipelined_faults import run_pipelined_faults
+    from specround.sampling.types import Layout
+
+    started = time.perf_counter()
+    log = MemoryEventLog(clock=lambda: 0.0)
+    try:
+        cells = run_pipelined_faults(log, layouts=(Layout.REPLAY_FRONTIER,), shapes=FAULT_MATRIX_SHAPES[1:3])
+    except Exception as error:
+        return _failed("pipelined faults", error, started)
+    bad = [c for c in cells if not c.ok]
+    detail = f"{len(cells) - len(bad)}/{len(cells)} cells held"
+    if bad:
+        detail += f"; first: {bad[0].point} {bad[0].shape}: {bad[0].detail}"
+    observation = _digest(
+        [(c.point, c.shape, c.verdict, c.detail) for c in cells],
+        [(e.request_id.split("/", 2)[-1], e.seq, e.kind) for e in log.events()],
+    )
+    return CheckOutcome("pipelined faults", not bad, detail, observation, time.perf_counter() - started)
+
+
 # --- the lab --------------------------------------------------------------------------------------------
 
 _GROUPS: dict[str, Callable[[], list[CheckOutcome]]] = {
     "fixtures": _fixture_checks,
     "controller": _controller_checks,
+    "pipelined": lambda: [_pipelined_check()],
     "model": _model_checks,
     "model law": lambda: [_model_law_check()],
 }
@@ -488,6 +517,7 @@ _GROUP_OF = {
     "z3 conformance": "controller",
     "state-machine invariants": "controller",
     "audit": "controller",
+    "pipelined faults": "pipelined",
     "model K/V": "model",
     "model q rows": "model",
     "model law": "model law",

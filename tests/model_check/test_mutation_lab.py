@@ -179,3 +179,9 @@ def test_report_json_names_the_killing_checks() -> None:
     [row] = payload["mutations"]
     assert row["verdict"] == "killed" and row["killed_by"] == ["enumeration"]
     assert row["seams"] and row["violates"]
+
+
+def test_the_pipelined_path_kills_a_publication_without_the_fence() -> None:
+    report = run_lab([mutation_named("publication without the generation fence")], ("pipelined faults",))
+    assert report.baseline_passed
+    assert _killed(report, "publication without the generation fence") == ("pipelined faults",)
