@@ -11,7 +11,8 @@ mutation:
   logits); a mutation whose observations all equal the baseline's is inactive, and its "kills" would be
   vacuous;
 * **verdict**: ``killed`` when it is active and at least one check fails; ``survived`` otherwise (a failure
-  of ``specround check``); ``error`` when it could not be applied (a seam is gone).
+  of ``specround check``); ``error`` when it could not be applied (a seam is gone: its owner no longer
+  binds the function by identity) or when none of its seams was called while the checks ran (unreached).
 
 The checks (:data:`CHECKS`), each run as a plain function:
 
@@ -27,6 +28,10 @@ The checks (:data:`CHECKS`), each run as a plain function:
     INV-1..INV-9 after every rule of the seeded walk (:class:`~.conformance.MachineWalk`).
 ``audit``
     :func:`~specround.audit.audit_log` of every log the conformance run wrote under the mutation.
+``pipelined faults``
+    The pipelined write-fault cells of :mod:`specround.audit.pipelined_faults` (a write that fails or loses
+    the fence while the next step is in flight, F-5 and F-6 beside it) on a memory log: every cell must
+    hold and audit clean.
 ``model K/V``
     The serving loop on the tiny Llama (both layouts, a draft model proposer): after every step the target's
     committed token ids equal ``C`` (INV-1, INV-5) and the logits its cache gives for the frontier equal a
@@ -59,7 +64,7 @@ from typing import Any
 import torch
 
 from specround.errors import SpecroundError
-from specround.model_check.mutants import MUTATIONS, Mutation
+from specround.model_check.mutants import MUTATIONS, Mutation, SeamGoneError
 from specround.model_check.results import single_threaded
 
 __all__ = [
@@ -473,11 +478,36 @@ def _model_law_check() -> CheckOutcome:
     )
 
 
+def _pipelined_check() -> CheckOutcome:
+    """``pipelined faults``: the pipelined write-fault cells on one layout and two shapes (memory log)."""
+    from specround.adapters.memory_log import MemoryEventLog
+    from specround.audit.fault_matrix import FAULT_MATRIX_SHAPES
+    from specround.audit.pipelined_faults import run_pipelined_faults
+    from specround.sampling.types import Layout
+
+    started = time.perf_counter()
+    log = MemoryEventLog(clock=lambda: 0.0)
+    try:
+        cells = run_pipelined_faults(log, layouts=(Layout.REPLAY_FRONTIER,), shapes=FAULT_MATRIX_SHAPES[1:3])
+    except Exception as error:
+        return _failed("pipelined faults", error, started)
+    bad = [c for c in cells if not c.ok]
+    detail = f"{len(cells) - len(bad)}/{len(cells)} cells held"
+    if bad:
+        detail += f"; first: {bad[0].point} {bad[0].shape}: {bad[0].detail}"
+    observation = _digest(
+        [(c.point, c.shape, c.verdict, c.detail) for c in cells],
+        [(e.request_id.split("/", 2)[-1], e.seq, e.kind) for e in log.events()],
+    )
+    return CheckOutcome("pipelined faults", not bad, detail, observation, time.perf_counter() - started)
+
+
 # --- the lab --------------------------------------------------------------------------------------------
 
 _GROUPS: dict[str, Callable[[], list[CheckOutcome]]] = {
     "fixtures": _fixture_checks,
     "controller": _controller_checks,
+    "pipelined": lambda: [_pipelined_check()],
     "model": _model_checks,
     "model law": lambda: [_model_law_check()],
 }
@@ -487,6 +517,7 @@ _GROUP_OF = {
     "z3 conformance": "controller",
     "state-machine invariants": "controller",
     "audit": "controller",
+    "pipelined faults": "pipelined",
     "model K/V": "model",
     "model q rows": "model",
     "model law": "model law",
@@ -629,8 +660,10 @@ def _evaluate(mutation: Mutation, checks: Sequence[str], baseline: dict[str, Che
     started = time.perf_counter()
     seams = tuple(seam.name for seam in mutation.seams)
     try:
-        with mutation.applied():
+        with mutation.applied() as reach:
             outcomes = run_checks_once(checks)
+        if not reach.reached:
+            raise SeamGoneError(f"unreached: no seam of {mutation.name!r} was called while the checks ran")
     except (AttributeError, ImportError, SpecroundError) as error:
         return MutationRow(
             mutation.name,

@@ -10,10 +10,12 @@ from typer.testing import CliRunner
 
 import specround.model_check.mutants as mutants
 from specround.cli import app
+from specround.model_check import enumeration
 from specround.model_check import report as report_module
 from specround.model_check.mutants import Mutation, Seam, mutation_named
 from specround.model_check.report import PARTS, CheckOptions, CheckReport, run_checks
 from specround.model_check.results import CheckResult
+from specround.sampling.exact import decide_from_uniforms
 
 FIXTURE_PARTS = "oracle,monte_carlo,ledger"
 
@@ -117,9 +119,9 @@ def test_a_surviving_mutation_makes_check_exit_one(monkeypatch: pytest.MonkeyPat
     harmless = Mutation(
         "harmless",
         "test",
-        "replaces the acceptance predicate with itself",
+        "replaces the oracle's decision function with itself",
         ("INV-10",),
-        (Seam("specround.sampling.exact", "accepts", lambda original, _scratch: original),),
+        (Seam(enumeration, decide_from_uniforms, lambda original, _scratch: original),),
     )
     monkeypatch.setattr(mutants, "MUTATIONS", (mutation_named("bonus from q"), harmless))
     code, payload, _ = _check("--only", "mutations", "--lab-check", "enumeration", "--json")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import specround.sampling.exact as exact
-from specround.model_check.mutants import MUTATIONS, Mutation, Seam, mutation_named, resolve
+from specround.model_check.mutants import MUTATIONS, Mutation, Seam, mutation_named
 from specround.model_check.mutation_lab import CHECKS, LabReport, prepare, run_checks_once, run_lab
 
 # The failure classes the lab must hold (0x07), each by the mutation that implements it.
@@ -52,12 +52,46 @@ def test_every_failure_class_is_a_named_mutation() -> None:
 
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name)
 def test_every_seam_exists_and_is_restored(mutation: Mutation) -> None:
-    originals = [getattr(resolve(seam.owner), seam.attribute) for seam in mutation.seams]
-    with mutation.applied():
-        patched = [getattr(resolve(seam.owner), seam.attribute) for seam in mutation.seams]
+    names = [seam.attribute() for seam in mutation.seams]  # found by identity, not given as strings
+    originals = [getattr(seam.owner, name) for seam, name in zip(mutation.seams, names, strict=True)]
+    assert originals == [seam.target for seam in mutation.seams]
+    with mutation.applied() as reach:
+        patched = [getattr(seam.owner, name) for seam, name in zip(mutation.seams, names, strict=True)]
         assert all(p is not o for p, o in zip(patched, originals, strict=True))
-    assert [getattr(resolve(seam.owner), seam.attribute) for seam in mutation.seams] == originals
+    assert [getattr(seam.owner, seam.attribute()) for seam in mutation.seams] == originals
+    assert set(reach.calls) == {seam.name for seam in mutation.seams} and not reach.reached
     assert mutation.violates and mutation.failure_class
+
+
+def test_a_seam_whose_binding_is_gone_is_an_error_not_a_silent_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Renaming or re-binding the function a mutant patches disarms nothing silently: applying it fails."""
+    from specround.model_check.mutants import SeamGoneError
+    from specround.sampling import exact
+    from specround.statemachine import step
+
+    mutation = mutation_named("correction from p")
+    monkeypatch.setattr(step, "decide_from_uniforms", lambda *a, **k: exact.decide_from_uniforms(*a, **k))
+    with pytest.raises(SeamGoneError, match="no longer binds"), mutation.applied():
+        pass
+    report = run_lab([mutation], ("enumeration",))
+    [row] = report.rows
+    assert row.verdict == "error" and "no longer binds" in str(row.error)
+
+
+def test_a_mutation_the_checks_never_reach_is_an_error() -> None:
+    from specround.statemachine import staging
+
+    unreached = Mutation(
+        "unreached",
+        "test",
+        "wraps a function the fixture checks never call",
+        ("INV-1",),
+        (Seam(staging, staging.stage_successor, lambda original, _scratch: original),),
+    )
+    report = run_lab([unreached], ("enumeration",))
+    [row] = report.rows
+    assert row.verdict == "error" and "unreached" in str(row.error)
+    assert not report.passed
 
 
 def _killed(report: LabReport, name: str) -> tuple[str, ...]:
@@ -95,33 +129,39 @@ def test_model_mutations_are_killed_on_the_tiny_model() -> None:
 
 
 def test_a_harmless_mutation_survives_and_fails_the_lab() -> None:
+    from specround.model_check import enumeration
+    from specround.sampling.exact import decide_from_uniforms
+
     harmless = Mutation(
         "harmless",
         "test",
-        "replaces the acceptance predicate with itself",
+        "replaces the oracle's decision function with itself",
         ("INV-10",),
-        (Seam("specround.sampling.exact", "accepts", lambda original, _scratch: original),),
+        (Seam(enumeration, decide_from_uniforms, lambda original, _scratch: original),),
     )
     report = run_lab([harmless], ("enumeration",))
     [row] = report.rows
     assert report.baseline_passed
-    assert not row.active and not row.killed and row.verdict == "survived"
+    assert not row.active and not row.killed and row.verdict == "survived"  # reached, but changes nothing
     assert not report.passed and report.score == 0.0
 
 
 def test_a_mutation_whose_seam_is_gone_is_an_error() -> None:
+    def no_such_function() -> None:
+        """Never bound by the sampler module."""
+
     gone = Mutation(
         "gone",
         "test",
-        "patches a function that does not exist",
+        "patches a function the module does not bind",
         (),
-        (Seam("specround.sampling.exact", "no_such_function", lambda o, _s: o),),
+        (Seam(exact, no_such_function, lambda o, _s: o),),
     )
     report = run_lab([gone], ("enumeration",))
     [row] = report.rows
     assert row.verdict == "error" and "no_such_function" in (row.error or "")
     assert not report.passed
-    assert hasattr(exact, "accepts")
+    assert not hasattr(exact, "no_such_function")
 
 
 def test_checks_pass_on_the_unmutated_code() -> None:
@@ -139,3 +179,9 @@ def test_report_json_names_the_killing_checks() -> None:
     [row] = payload["mutations"]
     assert row["verdict"] == "killed" and row["killed_by"] == ["enumeration"]
     assert row["seams"] and row["violates"]
+
+
+def test_the_pipelined_path_kills_a_publication_without_the_fence() -> None:
+    report = run_lab([mutation_named("publication without the generation fence")], ("pipelined faults",))
+    assert report.baseline_passed
+    assert _killed(report, "publication without the generation fence") == ("pipelined faults",)

@@ -5,13 +5,13 @@ adapter's rows), :mod:`.processors` (processor state, penalties, q rows), :mod:`
 fence and idempotence). :data:`MUTATIONS` lists them all in a stable order.
 """
 
-from specround.model_check.mutants.base import Mutation, Scratch, Seam, resolve
+from specround.model_check.mutants.base import Mutation, Reach, Scratch, Seam, SeamGoneError
 from specround.model_check.mutants.kv import KV_MUTATIONS
 from specround.model_check.mutants.processors import PROCESSOR_MUTATIONS
 from specround.model_check.mutants.publication import PUBLICATION_MUTATIONS
 from specround.model_check.mutants.sampler import SAMPLER_MUTATIONS, STOP_MUTATIONS
 
-__all__ = ["MUTATIONS", "Mutation", "Scratch", "Seam", "mutation_named", "resolve"]
+__all__ = ["MUTATIONS", "Mutation", "Reach", "Scratch", "Seam", "SeamGoneError", "mutation_named"]
 
 MUTATIONS: tuple[Mutation, ...] = (
     *SAMPLER_MUTATIONS,

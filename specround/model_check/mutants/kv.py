@@ -12,13 +12,12 @@ from typing import Any
 
 import torch
 
+from specround.adapters.llama.target import LlamaTarget
 from specround.model_check.mutants.base import Mutation, Scratch, Seam
 from specround.sampling.types import Layout
 from specround.statemachine.model_ports import BranchHandle, VerifyRequest, VerifyResult
 
 __all__ = ["KV_MUTATIONS"]
-
-_TARGET = "specround.adapters.llama.target:LlamaTarget"
 
 
 def _commit_rejected_row(original: Any, _scratch: Scratch) -> Any:
@@ -97,7 +96,7 @@ KV_MUTATIONS = (
         "K/V",
         "the adapter commits the rejected draft's row along with [F] + the accepted drafts",
         ("INV-5", "INV-1", "0x06C"),
-        (Seam(_TARGET, "commit", _commit_rejected_row),),
+        (Seam(LlamaTarget, LlamaTarget.commit, _commit_rejected_row),),
     ),
     Mutation(
         "correction on the rejected token's K/V row",
@@ -106,9 +105,9 @@ KV_MUTATIONS = (
         "position (same shape, wrong token) instead of a row of its own",
         ("INV-5", "0x06C"),
         (
-            Seam(_TARGET, "verify", _remember_logits),
-            Seam(_TARGET, "commit", _note_rejected_row),
-            Seam(_TARGET, "materialize_frontier", _frontier_on_rejected_row),
+            Seam(LlamaTarget, LlamaTarget.verify, _remember_logits),
+            Seam(LlamaTarget, LlamaTarget.commit, _note_rejected_row),
+            Seam(LlamaTarget, LlamaTarget.materialize_frontier, _frontier_on_rejected_row),
         ),
     ),
     Mutation(
@@ -116,7 +115,7 @@ KV_MUTATIONS = (
         "K/V",
         "replay_frontier verification replays the frontier into a cache that already holds its row",
         ("INV-5", "INV-1", "0x06C"),
-        (Seam(_TARGET, "verify", _replay_over_committed_frontier),),
+        (Seam(LlamaTarget, LlamaTarget.verify, _replay_over_committed_frontier),),
     ),
 )
 """Failure classes of the target's K/V rows."""

@@ -17,7 +17,11 @@ from typing import Any
 
 import torch
 
+from specround.adapters.proposers.model_draft import ModelProposer
 from specround.model_check.mutants.base import Mutation, Scratch, Seam
+from specround.sampling.processors.penalties import TokenCountPenalty
+from specround.statemachine import step as step_module
+from specround.statemachine.staging import stage_kv, stage_successor
 
 __all__ = ["PROCESSOR_MUTATIONS"]
 
@@ -82,8 +86,6 @@ def _raw_q_rows(original: Any, scratch: Scratch) -> Any:
     return propose
 
 
-_PROPOSER = "specround.adapters.proposers.model_draft:ModelProposer"
-
 PROCESSOR_MUTATIONS = (
     Mutation(
         "processors advanced over a rejected draft",
@@ -92,8 +94,8 @@ PROCESSOR_MUTATIONS = (
         "as the emitted tokens",
         ("INV-4", "0x06D"),
         (
-            Seam("specround.statemachine.step", "stage_kv", _note_discarded),
-            Seam("specround.statemachine.step", "stage_successor", _advance_over_discarded),
+            Seam(step_module, stage_kv, _note_discarded),
+            Seam(step_module, stage_successor, _advance_over_discarded),
         ),
     ),
     Mutation(
@@ -101,7 +103,7 @@ PROCESSOR_MUTATIONS = (
         "processors",
         "repetition/frequency/presence penalties count only the most recent token",
         ("INV-4", "0x06J"),
-        (Seam("specround.sampling.processors.penalties:TokenCountPenalty", "advance", _last_token_only),),
+        (Seam(TokenCountPenalty, TokenCountPenalty.advance, _last_token_only),),
     ),
     Mutation(
         "raw logits as q",
@@ -109,7 +111,10 @@ PROCESSOR_MUTATIONS = (
         "drafts are sampled from the processed q row, but q = softmax(raw draft logits) is handed to the "
         "controller",
         ("INV-10", "0x03D", "0x06J"),
-        (Seam(_PROPOSER, "_step", _remember_raw_logits), Seam(_PROPOSER, "propose", _raw_q_rows)),
+        (
+            Seam(ModelProposer, ModelProposer._step, _remember_raw_logits),
+            Seam(ModelProposer, ModelProposer.propose, _raw_q_rows),
+        ),
     ),
 )
 """Failure classes of processor state and processed rows."""

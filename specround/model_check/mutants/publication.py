@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from specround.adapters.memory_log import MemoryEventLog
 from specround.model_check.mutants.base import Mutation, Scratch, Seam
 
 __all__ = ["PUBLICATION_MUTATIONS"]
-
-_LOG = "specround.adapters.memory_log:MemoryEventLog"
 
 
 def _no_fence(original: Any, _scratch: Scratch) -> Any:
@@ -55,14 +54,14 @@ PUBLICATION_MUTATIONS = (
         "publication",
         "a round prepared at a stale generation is appended instead of refused",
         ("INV-6", "0x06E"),
-        (Seam(_LOG, "publish", _no_fence),),
+        (Seam(MemoryEventLog, MemoryEventLog.publish, _no_fence),),
     ),
     Mutation(
         "double publish appends twice",
         "publication",
         "publishing the same transaction again appends it a second time instead of acknowledging it",
         ("INV-6", "0x06E"),
-        (Seam(_LOG, "publish", _append_twice),),
+        (Seam(MemoryEventLog, MemoryEventLog.publish, _append_twice),),
     ),
 )
 """Failure classes of generation-fenced, idempotent publication."""

@@ -21,10 +21,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from specround.model_check import enumeration as enumeration_module
+from specround.model_check import montecarlo as montecarlo_module
 from specround.model_check import mutations as decision_mutations
 from specround.model_check.mutants.base import Mutation, Scratch, Seam
-from specround.sampling.exact import decide_from_uniforms, round_uniforms
+from specround.sampling import exact as exact_module
+from specround.sampling.exact import decide, decide_from_uniforms, round_uniforms
+from specround.sampling.fast_path import search_host
 from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision, TerminalKind
+from specround.sampling.validation import check_draft_values
+from specround.statemachine import step as step_module
+from specround.statemachine.uniform_cache import batch_uniforms
 
 __all__ = [
     "DECISION_BINDINGS",
@@ -39,14 +46,14 @@ __all__ = [
 
 DecisionFn = Callable[[SamplerBatch, torch.Tensor, torch.Tensor], SamplerDecision]
 
-DECISION_BINDINGS = (
-    ("specround.statemachine.step", "decide_from_uniforms"),
-    ("specround.model_check.enumeration", "decide_from_uniforms"),
+DECISION_BINDINGS: tuple[tuple[Any, Any], ...] = (
+    (step_module, decide_from_uniforms),
+    (enumeration_module, decide_from_uniforms),
 )
 """Where the real code path binds ``decide_from_uniforms`` (the controller's step and the exact oracle)."""
-DECIDE_BINDINGS = (
-    ("specround.statemachine.step", "decide"),
-    ("specround.model_check.montecarlo", "decide"),
+DECIDE_BINDINGS: tuple[tuple[Any, Any], ...] = (
+    (step_module, decide),
+    (montecarlo_module, decide),
 )
 """Where it binds ``decide`` (the controller near the int64 counter end, and Monte Carlo)."""
 
@@ -71,8 +78,8 @@ def decision_seams(wrong: DecisionFn) -> tuple[Seam, ...]:
 
         return decide_
 
-    return tuple(Seam(module, name, from_uniforms) for module, name in DECISION_BINDINGS) + tuple(
-        Seam(module, name, with_rng) for module, name in DECIDE_BINDINGS
+    return tuple(Seam(owner, target, from_uniforms) for owner, target in DECISION_BINDINGS) + tuple(
+        Seam(owner, target, with_rng) for owner, target in DECIDE_BINDINGS
     )
 
 
@@ -218,14 +225,14 @@ SAMPLER_MUTATIONS = (
         "sampler",
         "the correction's inverse CDF compares u with the unnormalised residual's cumulative mass",
         ("INV-10", "0x03C", "0x03D"),
-        (Seam("specround.sampling.exact", "_search", _unnormalised_search),),
+        (Seam(exact_module, search_host, _unnormalised_search),),
     ),
     Mutation(
         "q = 0 proposal accepted",
         "sampler",
         "a draft with q(d) = 0 is not refused; its ratio p/0 = inf accepts it",
         ("INV-7", "0x03D"),
-        (Seam("specround.sampling.exact", "check_draft_values", _zero_q_passes),),
+        (Seam(exact_module, check_draft_values, _zero_q_passes),),
     ),
 )
 """Failure classes of the accept/reject decision and the terminal draw."""
@@ -310,8 +317,8 @@ STOP_MUTATIONS = (
         "batch position (the law per request is intact; reproducibility is not)",
         ("INV-10", "0x04A"),
         (
-            Seam("specround.statemachine.step", "batch_uniforms", _batch_stream),
-            Seam("specround.sampling.exact", "round_uniforms", _batch_round_uniforms),
+            Seam(step_module, batch_uniforms, _batch_stream),
+            Seam(exact_module, round_uniforms, _batch_round_uniforms),
         ),
     ),
 )
