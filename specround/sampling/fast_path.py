@@ -5,14 +5,20 @@ probabilities, acceptance tests, the accepted run, stops and budgets, RNG accoun
 reads ``O(B * (K + S))`` numbers; done with torch it is hundreds of tiny kernels whose dispatch is the whole
 cost of a small batch. Its *terminal pass* reads one ``p`` row (and one ``q`` row for a correction) of ``V``
 entries per request. Here the control runs with numpy on the tensors' own memory (zero-copy views, no
-tensor op), and only the terminal pass and the acceptance predicate run as torch ops, batched over every
-request at once; the inverse-CDF search then runs on the host over the pass's block sums.
+tensor op). The terminal pass also runs on the host, in cache-sized column chunks that read each input
+entry once (gather, row checks, residual, exact widening to float64); the float64 block sums are one torch
+reduction, and the acceptance predicate is :func:`~specround.sampling.exact.accepts` itself. What remains
+as tensor ops is three compute ops and the zero-copy wrapping of host arrays (about 40 dispatched
+operators in all, whatever B). The inverse-CDF search runs on the host over the block sums.
 
-Every value is computed with the same floating-point operations as the reference path, in the same order
-(the acceptance ratio by :func:`~specround.sampling.exact.accepts`, the residual in the rows' dtype, block
-sums by one torch reduction per 256-entry block, cumulative sums sequentially in float64), so the decision
-is identical bit for bit; ``tests/sampling/test_decision_fixture.py`` and the differential tests hold it to
-that.
+Every value is computed with the same floating-point operations as the reference path (the acceptance
+ratio by ``accepts``, the residual as a correctly rounded subtraction in the rows' dtype and a clamp that
+keeps a zero's sign as torch's does, block sums by the same torch reduction over the same float64 values,
+cumulative sums sequentially in float64), so the decision is identical bit for bit;
+``tests/sampling/test_decision_fixture.py`` and ``tests/sampling/test_fast_path.py`` hold it to that.
+
+With ``SPECROUND_SAMPLER_COMPILE=1`` the terminal pass runs as torch ops instead (two gathers, then the row
+checks and the residual fused by ``torch.compile``), with the same values.
 
 The fast path never raises an input error itself. Whenever a value it reads fails a check -- or lands
 close enough to a tolerance that a different summation order could decide it -- or a correction's residual
