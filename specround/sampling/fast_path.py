@@ -317,32 +317,16 @@ COMPILE_ENV = "SPECROUND_SAMPLER_COMPILE"
 _compiled_pass: Callable[..., tuple[torch.Tensor, list[torch.Tensor]]] | None = None
 
 
-def _residual_eager(
-    terminal: torch.Tensor, q_rows: torch.Tensor, *, with_stats: bool
-) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Row sums and minima of the gathered rows (read mode), then the residual in place (eager ops).
-
-    ``terminal`` [N, V] (a fresh gather: overwritten) holds the corrections' p rows first, ``q_rows``
-    [C, V] their q rows. Returns the terminal mass [N, V] in the rows' dtype and ``[p sums, p minima, q
-    sums, q minima]`` (the q pair only when C > 0; empty without ``with_stats``).
-    """
-    n_correction = q_rows.shape[0]
-    stats = [terminal.sum(1), terminal.amin(1)] if with_stats else []
-    if with_stats and n_correction:
-        stats += [q_rows.sum(1), q_rows.amin(1)]
-    if n_correction:
-        correction = terminal[:n_correction] if n_correction < terminal.shape[0] else terminal
-        correction.sub_(q_rows).clamp_min_(0.0)
-    return terminal, stats
-
-
 def _residual_functional(
     terminal: torch.Tensor, q_rows: torch.Tensor, *, with_stats: bool
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """:func:`_residual_eager` without mutation, the form ``torch.compile`` fuses into one or two loops.
+    """Row sums and minima of the gathered rows, and the residual, in the form ``torch.compile`` fuses.
 
-    The residual is elementwise (a correctly rounded subtraction and a clamp), so the compiled values are
-    those of the eager ops; the sums only feed the tolerance check, which keeps a margin for their order.
+    ``terminal`` [N, V] holds the corrections' p rows first, ``q_rows`` [C, V] their q rows. Returns the
+    terminal mass [N, V] in the rows' dtype and ``[p sums, p minima, q sums, q minima]`` (the q pair only
+    when C > 0; empty without ``with_stats``). The residual is elementwise (a correctly rounded
+    subtraction and a clamp), so compiled values are those of the eager ops; the sums only feed the
+    tolerance check, which keeps a margin for their order.
     """
     n_correction = q_rows.shape[0]
     stats = [terminal.sum(1), terminal.amin(1)] if with_stats else []
@@ -357,10 +341,8 @@ def _residual_functional(
 def _terminal_pass(
     terminal: torch.Tensor, q_rows: torch.Tensor, *, with_stats: bool
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The residual and row checks in torch, compiled when :data:`COMPILE_ENV` is ``1``."""
+    """The row checks and the residual as torch ops fused by ``torch.compile`` (compiled on first use)."""
     global _compiled_pass
-    if os.environ.get(COMPILE_ENV) != "1":
-        return _residual_eager(terminal, q_rows, with_stats=with_stats)
     if _compiled_pass is None:
         _compiled_pass = torch.compile(_residual_functional, dynamic=True)
     return _compiled_pass(terminal, q_rows, with_stats=with_stats)

@@ -208,3 +208,12 @@ def test_signed_zeros_and_host_chunks_match_the_reference(monkeypatch: pytest.Mo
         assert_same(fast, exact._decide_reference(batch, accept, terminal, "read"))
     assert_same(decide(batch), reference(batch))
     assert int((fast.terminal == 0).sum()) >= 3  # corrections really were drawn
+
+
+def test_the_torch_form_of_the_terminal_pass_decides_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``SPECROUND_SAMPLER_COMPILE=1`` runs (here uncompiled, to keep the test fast) is exact too."""
+    monkeypatch.setenv(fast_path.COMPILE_ENV, "1")
+    monkeypatch.setattr(fast_path, "_compiled_pass", fast_path._residual_functional)
+    for seed in range(4):
+        batch = realistic_batch(seed, (1, 9, 4, 2)[seed], 4, (300, 1000, 4096, 257)[seed])
+        assert_same(decide(batch), reference(batch))
