@@ -33,13 +33,14 @@ target's argmax, and the residual of a rejection is the target's one-hot row.
 Performance: the sampler reads the gathered ``p_i(d_i)``, ``q_i(d_i)`` and only the one terminal row per
 request (two for a correction). On CPU the decision takes the fast path of
 :mod:`specround.sampling.fast_path`: the control (acceptance, stops, budgets, RNG accounting, output layout)
-runs with numpy on the tensors' memory, the round's uniforms come from one host Philox call, and the only
-tensor ops are the acceptance predicate and one batched pass over the terminal rows (about a dozen compute
-ops per decision, whatever B). It returns the same decision bit for bit; any refused value, or a degenerate
-correction, sends the batch to the reference path below (torch ops on the batch's device, computing the
-residual and its block sums in vocabulary chunks), which raises the named error or handles the case. The
-token is found by a two-level search (block sums, then a cumulative sum inside one block), run on the host
-by both paths. There is no Python loop over the batch or the draft positions.
+runs with numpy on the tensors' memory, the round's uniforms come from one host Philox call, the terminal
+rows are read once in cache-sized chunks, and the tensor ops left are the acceptance predicate and the
+float64 block sums (three compute ops, about 40 dispatched operators per decision, whatever B). It
+returns the same decision bit for bit; any refused value, or a degenerate correction, sends the batch to
+the reference path below (torch ops on the batch's device, computing the residual and its block sums in
+vocabulary chunks), which raises the named error or handles the case. The token is found by a two-level
+search (block sums, then a cumulative sum inside one block), run on the host by both paths. There is no
+Python loop over the batch or the draft positions.
 """
 
 from __future__ import annotations

@@ -5,14 +5,20 @@ probabilities, acceptance tests, the accepted run, stops and budgets, RNG accoun
 reads ``O(B * (K + S))`` numbers; done with torch it is hundreds of tiny kernels whose dispatch is the whole
 cost of a small batch. Its *terminal pass* reads one ``p`` row (and one ``q`` row for a correction) of ``V``
 entries per request. Here the control runs with numpy on the tensors' own memory (zero-copy views, no
-tensor op), and only the terminal pass and the acceptance predicate run as torch ops, batched over every
-request at once; the inverse-CDF search then runs on the host over the pass's block sums.
+tensor op). The terminal pass also runs on the host, in cache-sized column chunks that read each input
+entry once (gather, row checks, residual, exact widening to float64); the float64 block sums are one torch
+reduction, and the acceptance predicate is :func:`~specround.sampling.exact.accepts` itself. What remains
+as tensor ops is three compute ops and the zero-copy wrapping of host arrays (about 40 dispatched
+operators in all, whatever B). The inverse-CDF search runs on the host over the block sums.
 
-Every value is computed with the same floating-point operations as the reference path, in the same order
-(the acceptance ratio by :func:`~specround.sampling.exact.accepts`, the residual in the rows' dtype, block
-sums by one torch reduction per 256-entry block, cumulative sums sequentially in float64), so the decision
-is identical bit for bit; ``tests/sampling/test_decision_fixture.py`` and the differential tests hold it to
-that.
+Every value is computed with the same floating-point operations as the reference path (the acceptance
+ratio by ``accepts``, the residual as a correctly rounded subtraction in the rows' dtype and a clamp that
+keeps a zero's sign as torch's does, block sums by the same torch reduction over the same float64 values,
+cumulative sums sequentially in float64), so the decision is identical bit for bit;
+``tests/sampling/test_decision_fixture.py`` and ``tests/sampling/test_fast_path.py`` hold it to that.
+
+With ``SPECROUND_SAMPLER_COMPILE=1`` the terminal pass runs as torch ops instead (two gathers, then the row
+checks and the residual fused by ``torch.compile``), with the same values.
 
 The fast path never raises an input error itself. Whenever a value it reads fails a check -- or lands
 close enough to a tolerance that a different summation order could decide it -- or a correction's residual
@@ -23,6 +29,7 @@ handles the rare case) exactly as before. Callers check the batch's structure fi
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -212,10 +219,13 @@ def decide_on_host(
     safe_ids = np.maximum(ids, 0)
     p_at = host.p[batch_index, positions[None, :], safe_ids].astype(_F64)  # [B, K]
     q_at = host.q[batch_index, positions[None, :], safe_ids].astype(_F64)  # [B, K]
-    if ((~np.isfinite(p_at) | ~np.isfinite(q_at) | (p_at < 0) | (q_at <= 0)) & within).any():
-        return None
     p_draft = np.where(within, p_at, 0.0)
     q_draft = np.where(within, q_at, 1.0)
+    # Padding holds 0 and 1, which pass: every drafted p(d) in [0, inf) and q(d) in (0, inf), NaN failing.
+    if p_draft.size and not (
+        p_draft.min() >= 0 and p_draft.max() < np.inf and q_draft.min() > 0 and q_draft.max() < np.inf
+    ):
+        return None
 
     # Acceptance tests (the one written rule, as torch ops) and the leading accepted run A.
     tested = seams.accepts(accept_uniforms, torch.from_numpy(p_draft), torch.from_numpy(q_draft))
@@ -247,7 +257,7 @@ def decide_on_host(
     masses = np.full((3, n_batch), _NAN)  # total, before, token
     drawing = np.flatnonzero(needs_terminal)
     if drawing.size:
-        draw = _terminal_draws(batch, n_accepted, lens, drawing, u_terminal, mode, seams)
+        draw = _terminal_draws(batch, host, n_accepted, lens, drawing, u_terminal, mode, seams)
         if draw is None:
             return None
         rows, drawn = draw
@@ -301,37 +311,22 @@ def decide_on_host(
 
 
 COMPILE_ENV = "SPECROUND_SAMPLER_COMPILE"
-"""Set to ``1`` to run the terminal pass's elementwise work and row checks through ``torch.compile``."""
+"""Set to ``1`` to run the terminal pass with torch ops, its elementwise work and row checks fused by
+``torch.compile`` (by default the pass runs on the host, see :func:`_terminal_mass_host`)."""
 
 _compiled_pass: Callable[..., tuple[torch.Tensor, list[torch.Tensor]]] | None = None
-
-
-def _residual_eager(
-    terminal: torch.Tensor, q_rows: torch.Tensor, *, with_stats: bool
-) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Row sums and minima of the gathered rows (read mode), then the residual in place (eager ops).
-
-    ``terminal`` [N, V] (a fresh gather: overwritten) holds the corrections' p rows first, ``q_rows``
-    [C, V] their q rows. Returns the terminal mass [N, V] in the rows' dtype and ``[p sums, p minima, q
-    sums, q minima]`` (the q pair only when C > 0; empty without ``with_stats``).
-    """
-    n_correction = q_rows.shape[0]
-    stats = [terminal.sum(1), terminal.amin(1)] if with_stats else []
-    if with_stats and n_correction:
-        stats += [q_rows.sum(1), q_rows.amin(1)]
-    if n_correction:
-        correction = terminal[:n_correction] if n_correction < terminal.shape[0] else terminal
-        correction.sub_(q_rows).clamp_min_(0.0)
-    return terminal, stats
 
 
 def _residual_functional(
     terminal: torch.Tensor, q_rows: torch.Tensor, *, with_stats: bool
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """:func:`_residual_eager` without mutation, the form ``torch.compile`` fuses into one or two loops.
+    """Row sums and minima of the gathered rows, and the residual, in the form ``torch.compile`` fuses.
 
-    The residual is elementwise (a correctly rounded subtraction and a clamp), so the compiled values are
-    those of the eager ops; the sums only feed the tolerance check, which keeps a margin for their order.
+    ``terminal`` [N, V] holds the corrections' p rows first, ``q_rows`` [C, V] their q rows. Returns the
+    terminal mass [N, V] in the rows' dtype and ``[p sums, p minima, q sums, q minima]`` (the q pair only
+    when C > 0; empty without ``with_stats``). The residual is elementwise (a correctly rounded
+    subtraction and a clamp), so compiled values are those of the eager ops; the sums only feed the
+    tolerance check, which keeps a margin for their order.
     """
     n_correction = q_rows.shape[0]
     stats = [terminal.sum(1), terminal.amin(1)] if with_stats else []
@@ -346,39 +341,100 @@ def _residual_functional(
 def _terminal_pass(
     terminal: torch.Tensor, q_rows: torch.Tensor, *, with_stats: bool
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The residual and row checks, eager by default, compiled when :data:`COMPILE_ENV` is ``1``."""
+    """The row checks and the residual as torch ops fused by ``torch.compile`` (compiled on first use)."""
     global _compiled_pass
-    if os.environ.get(COMPILE_ENV) != "1":
-        return _residual_eager(terminal, q_rows, with_stats=with_stats)
     if _compiled_pass is None:
         _compiled_pass = torch.compile(_residual_functional, dynamic=True)
     return _compiled_pass(terminal, q_rows, with_stats=with_stats)
 
 
-_WIDENED_CHUNK_BYTES = 8 << 20
-"""Float64 bytes widened at once by the block sums: one chunk of rows stays in the last-level cache."""
-_MAX_CHUNKS = 4
-"""At most this many chunks (so that the op count per decision stays bounded at any B)."""
+_HOST_CHUNK_ELEMENTS = 1 << 18
+"""Entries per row set of one column chunk of the host terminal pass (a few such arrays stay in L2)."""
+
+RowStats = tuple[FloatArray, FloatArray]
+"""Sums and minima of the gathered p rows followed by the corrections' q rows (float64)."""
 
 
-def _block_sums(blocks: torch.Tensor) -> FloatArray:
-    """Float64 sums of ``blocks`` [N, nB, BS] over the last axis: [N, nB].
+_workspace = threading.local()
 
-    torch widens a float32 input to float64 before reducing (the values, and the sums, are those of
-    ``blocks.to(float64).sum(-1)``); a large batch is reduced in up to four chunks of rows so that the
-    widened copy stays in cache instead of making a full float64 round trip through memory.
+
+def _mass_buffer(n_rows: int, columns: int) -> FloatArray:
+    """A float64 [n_rows, columns] buffer for the terminal mass, reused by this thread's next decision.
+
+    The host pass overwrites the first V columns of every row and never writes the padding past V, which
+    stays zero from allocation. Reusing the buffer spares the page faults of a fresh large allocation; the
+    decision never returns a view of it.
     """
-    n_rows = blocks.shape[0]
-    rows_per_chunk = max(1, _WIDENED_CHUNK_BYTES // (8 * blocks.shape[1] * blocks.shape[2]))
-    rows_per_chunk = max(rows_per_chunk, -(-n_rows // _MAX_CHUNKS))  # a bounded number of tensor ops
-    if n_rows <= rows_per_chunk or blocks.dtype == torch.float64:
-        return host_array(blocks.sum(-1, dtype=torch.float64))
-    chunks = torch.split(blocks, rows_per_chunk)
-    return host_array(torch.cat([chunk.sum(-1, dtype=torch.float64) for chunk in chunks]))
+    cached: FloatArray | None = getattr(_workspace, "mass", None)
+    if cached is None or cached.shape != (n_rows, columns):
+        cached = np.zeros((n_rows, columns), dtype=_F64)
+        _workspace.mass = cached
+    return cached
+
+
+def _terminal_mass_host(
+    host: HostBatch, p_index: IntArray, q_index: IntArray, width: int, *, with_stats: bool
+) -> tuple[npt.NDArray[Any], RowStats | None]:
+    """[N, nB * BS] float64 terminal mass (zero past V) and, with ``with_stats``, the row checks.
+
+    One cache-sized column chunk at a time: gather the p rows (and the corrections' q rows, the first C),
+    take their sums and minima, compute ``max(p - q, 0)`` in the rows' dtype -- a correctly rounded
+    subtraction, then a clamp that keeps the sign of a zero as torch's ``clamp_min`` does -- or take
+    ``p``, and widen it (exactly) into the float64 mass. Each input entry is read once from memory, and
+    the float64 mass is written once, ready for the block sums.
+    """
+    n_rows, n_correction = p_index.shape[0], q_index.shape[0]
+    vocab = host.p.shape[2]
+    p_flat, q_flat = host.p.reshape(-1, vocab), host.q.reshape(-1, vocab)
+    zero = p_flat.dtype.type(0.0)
+    mass = _mass_buffer(n_rows, vocab + (-vocab % width))
+    totals = np.zeros(n_rows + n_correction)
+    minima = np.full(n_rows + n_correction, np.inf)
+    step = max(width, (_HOST_CHUNK_ELEMENTS // max(n_rows, 1)) // width * width)
+    for start in range(0, vocab, step):
+        stop = min(start + step, vocab)
+        target = p_flat[p_index, start:stop]  # [N, c] a copy in the rows' dtype
+        if with_stats:
+            totals[:n_rows] += target.sum(1)
+            np.minimum(minima[:n_rows], target.min(1), out=minima[:n_rows])
+        if n_correction:
+            draft = q_flat[q_index, start:stop]  # [C, c]
+            if with_stats:
+                totals[n_rows:] += draft.sum(1)
+                np.minimum(minima[n_rows:], draft.min(1), out=minima[n_rows:])
+            residual = target[:n_correction]
+            np.subtract(residual, draft, out=residual)
+            np.maximum(zero, residual, out=residual)  # equal operands: keeps ``residual`` (-0.0 stays)
+        mass[:, start:stop] = target  # exact widening
+    return mass, ((totals, minima) if with_stats else None)
+
+
+def _terminal_mass_torch(
+    batch: SamplerBatch, p_index: IntArray, q_index: IntArray, width: int, *, with_stats: bool
+) -> tuple[npt.NDArray[Any], RowStats | None]:
+    """:func:`_terminal_mass_host` with torch ops: two gathers, then :func:`_terminal_pass` (compiled)."""
+    vocab = batch.p.shape[2]
+    terminal = batch.p.reshape(-1, vocab).index_select(0, torch.from_numpy(p_index))  # [N, V]
+    if q_index.shape[0]:
+        q_rows = batch.q.reshape(-1, vocab).index_select(0, torch.from_numpy(q_index))  # [C, V]
+    else:
+        q_rows = terminal[:0]  # [0, V]
+    terminal, stats = _terminal_pass(terminal, q_rows, with_stats=with_stats)
+    extra = -vocab % width
+    mass = host_array(F.pad(terminal, (0, extra)) if extra else terminal)
+    if not stats:
+        return mass, None
+    n_rows, n_correction = p_index.shape[0], q_index.shape[0]
+    # [p sums, p minima] then, with corrections, [q sums, q minima]: N, N, C, C entries.
+    values = host_array(torch.cat(stats)).astype(_F64)
+    totals = np.concatenate((values[:n_rows], values[2 * n_rows : 2 * n_rows + n_correction]))
+    minima = np.concatenate((values[n_rows : 2 * n_rows], values[2 * n_rows + n_correction :]))
+    return mass, (totals, minima)
 
 
 def _terminal_draws(
     batch: SamplerBatch,
+    host: HostBatch,
     n_accepted: IntArray,
     lens: IntArray,
     drawing: IntArray,
@@ -388,44 +444,37 @@ def _terminal_draws(
 ) -> tuple[IntArray, HostDraw] | None:
     """The correction or bonus draws of the ``drawing`` requests from row ``A``; ``None``: reference path.
 
-    One gather of the terminal ``p`` rows and of the corrections' ``q`` rows; the residual of a
-    correction is taken in place in the rows' dtype and clamped at zero; float64 block sums by one
-    reduction (identical to widening first: torch reduces in the output dtype). Read mode checks the
-    gathered rows by their sums and minima.
+    The terminal mass of each row (the residual ``max(p - q, 0)`` of a correction, taken in the rows'
+    dtype; ``p`` itself for a bonus) by :func:`_terminal_mass_host` (or the torch pass when compiling),
+    read-mode checks of the gathered rows by their sums and minima, float64 block sums by one torch
+    reduction per row chunk (the widening and summation order of the reference), then the host search.
     """
-    p, q = batch.p, batch.q
-    k_max, vocab = q.shape[1], p.shape[2]
+    p = batch.p
+    k_max, vocab = batch.q.shape[1], p.shape[2]
     is_correction = n_accepted[drawing] < lens[drawing]
     rows = np.concatenate((drawing[is_correction], drawing[~is_correction]))  # corrections first
     a_rows = n_accepted[rows]
     n_rows, n_correction = rows.shape[0], int(is_correction.sum())
-    terminal = p.reshape(-1, vocab).index_select(0, torch.from_numpy(rows * (k_max + 1) + a_rows))  # [N, V]
-    if n_correction:
-        q_index = torch.from_numpy(rows[:n_correction] * k_max + a_rows[:n_correction])
-        q_rows = q.reshape(-1, vocab).index_select(0, q_index)  # [C, V]
-    else:
-        q_rows = terminal[:0]  # [0, V]
-    terminal, stats = _terminal_pass(terminal, q_rows, with_stats=mode == "read")
-    if stats:
-        tolerance = normalisation_tolerance(p.dtype, vocab) * _TOLERANCE_MARGIN
-        values = host_array(torch.cat(stats)).astype(_F64)  # p sums, p minima[, q sums, q minima]
-        sizes = [int(t.shape[0]) for t in stats]
-        bounds = np.cumsum([0, *sizes])
-        totals = np.concatenate([values[bounds[i] : bounds[i + 1]] for i in range(0, len(sizes), 2)])
-        minima = np.concatenate([values[bounds[i] : bounds[i + 1]] for i in range(1, len(sizes), 2)])
-        # A NaN minimum or a non-finite sum fails its test; the reference path then names the error.
-        if not (np.abs(totals - 1.0) <= tolerance).all() or not (minima >= 0).all():
-            return None
+    p_index = rows * (k_max + 1) + a_rows  # [N] flat rows of p
+    q_index = rows[:n_correction] * k_max + a_rows[:n_correction]  # [C] flat rows of q
     width = seams.block_width(vocab)
-    extra = -vocab % width
-    padded = F.pad(terminal, (0, extra)) if extra else terminal  # [N, nB * BS], zero past V
-    blocks = padded.view(n_rows, -1, width)
-    block_sums = _block_sums(blocks)  # [N, nB]
+    if os.environ.get(COMPILE_ENV) == "1":
+        mass, stats = _terminal_mass_torch(batch, p_index, q_index, width, with_stats=mode == "read")
+    else:
+        mass, stats = _terminal_mass_host(host, p_index, q_index, width, with_stats=mode == "read")
+    if stats is not None:
+        totals, minima = stats
+        tolerance = normalisation_tolerance(p.dtype, vocab) * _TOLERANCE_MARGIN
+        # A NaN minimum or a non-finite sum fails its test; the reference path then names the error.
+        if not (np.abs(totals - 1.0).max() <= tolerance and minima.min() >= 0):
+            return None
+    blocks = torch.from_numpy(mass).view(n_rows, -1, width)  # [N, nB, BS], zero past V
+    block_sums = host_array(blocks.sum(-1, dtype=torch.float64))  # [N, nB] (widening first for float32)
     if n_correction:
         residual = np.cumsum(block_sums[:n_correction], axis=1)[:, -1]  # summed as the search sums it
         if (residual <= seams.degenerate_tolerance(p.dtype)).any():
             return None  # a degenerate correction: the reference path redraws it from p
-    mass_host = host_array(blocks)  # [N, nB, BS] the terminal mass in the rows' dtype
+    mass_host = mass.reshape(n_rows, -1, width)  # [N, nB, BS] the terminal mass in the rows' dtype
     index = np.arange(n_rows)
 
     def block_values(block: IntArray) -> FloatArray:
