@@ -1,4 +1,4 @@
-"""transformers' ``custom_generate`` entry point: ``model.generate(..., custom_generate=DIR, trust_remote_code=True)``.
+"""transformers' ``custom_generate`` entry point: ``model.generate(..., custom_generate=DIR, ...)``.
 
 ``DIR`` is :func:`specround.hf.custom_generate_dir`. transformers copies this file into its module cache and
 calls :func:`generate` with ``model`` and every argument of ``model.generate``; they are handed on to
