@@ -49,6 +49,7 @@ class BatchedCausalLM:
         """The transformers model."""
         params = inspect.signature(model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._slices = "logits_to_keep" in params
         try:
             self.cache = DynamicCache(config=model.config)
         except TypeError:  # releases before the config argument
@@ -74,12 +75,15 @@ class BatchedCausalLM:
     # --- forward ---------------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def forward(self, feeds: Mapping[int, Sequence[int]]) -> dict[int, torch.Tensor]:
+    def forward(self, feeds: Mapping[int, Sequence[int]], *, rows: str = "all") -> dict[int, torch.Tensor]:
         """Run each row's new tokens (rows not in ``feeds`` feed nothing) in ONE forward.
 
-        Returns each fed row's logits ``[n_b, V]`` (float32). The new tokens are pending until
-        :meth:`commit`; a second forward before it is refused.
+        Returns each fed row's logits (float32): ``[n_b, V]`` with ``rows="all"``, ``[1, V]`` (its last
+        token) with ``"last"``, nothing with ``"none"`` (the head is applied only to the rows returned).
+        The new tokens are pending until :meth:`commit`; a second forward before it is refused.
         """
+        if rows not in ("all", "last", "none"):
+            raise InvalidRequestError(f"rows must be all, last or none, got {rows!r}")
         if self._pending is not None:
             raise CacheProtocolError("the previous forward is neither committed nor dropped")
         for row in feeds:
@@ -108,17 +112,30 @@ class BatchedCausalLM:
         visible = torch.cat((old[:, None, :].expand(batch, n, width), own), dim=-1)  # [B, n, T + n]
         mask = torch.zeros(visible.shape, dtype=self.dtype)
         mask.masked_fill_(~visible, torch.finfo(self.dtype).min)
+        extra: dict[str, Any] = {self._cache_kwarg: self.cache}
+        if self._slices and rows == "none":
+            extra["logits_to_keep"] = 1
+        elif self._slices and rows == "last":
+            last = [max(len(feeds.get(row, ())) - 1, 0) for row in self.rows]
+            extra["logits_to_keep"] = torch.tensor(last, dtype=torch.int64)[:, None].to(device)  # [B, 1]
         out = self.model(
             input_ids=ids.to(device),
             position_ids=positions.to(device),
             attention_mask=mask[:, None].to(device),  # [B, 1, n, T + n]
             use_cache=True,
-            **{self._cache_kwarg: self.cache},
+            **extra,
         )
-        logits = out.logits.to(torch.float32)  # [B, n, V]
         self._pending = (width, {row: [int(t) for t in f] for row, f in feeds.items()})
         self._width = width + n
-        return {row: logits[self.rows.index(row), : len(f)] for row, f in feeds.items() if f}
+        if rows == "none":
+            return {}
+        logits = out.logits.to(torch.float32)  # [B, n, V] or [B, 1, V]
+        fed = {row: f for row, f in feeds.items() if f}
+        if rows == "last":
+            if self._slices:
+                return {row: logits[self.rows.index(row), -1:] for row in fed}
+            return {row: logits[self.rows.index(row), len(f) - 1 : len(f)] for row, f in fed.items()}
+        return {row: logits[self.rows.index(row), : len(f)] for row, f in fed.items()}
 
     def commit(self, keep: Mapping[int, int]) -> None:
         """Keep the first ``keep[row]`` tokens each row fed in the last forward (others keep none)."""

@@ -129,7 +129,7 @@ class AssistantDrafter:
         engine.compact()
         step = 0
         while active:
-            logits = engine.forward({a.row: feeds[a.row] for a in active})
+            logits = engine.forward({a.row: feeds[a.row] for a in active}, rows="last")
             engine.commit({a.row: len(feeds[a.row]) for a in active})
             q = torch.stack([a.chain.distribution(logits[a.row][-1]) for a in active])  # [B, V]
             tokens = draw_proposals(q, [a.seed for a in active], [a.counter + step for a in active])  # [B]

@@ -291,7 +291,7 @@ def _run(
     # Prefill: the committed cache C = O[:-1] of every row in one forward.
     feeds = {b: list(states[b].cache) for b in range(batch)}
     if any(feeds.values()):
-        target.forward(feeds)
+        target.forward(feeds, rows="none")
         target.commit({b: len(f) for b, f in feeds.items()})
     live = [b for b in range(batch) if not states[b].finished]
     rounds: list[list[RoundOutcome]] = [[] for _ in range(batch)]
