@@ -2,7 +2,7 @@
 
 On SmolLM2-135M (the GGUF loaded by transformers, fp32, CPU) with its bfloat16-rounded copy as a separate
 assistant model, for every prompt class, greedy, at B = 1 (each prompt alone) and B = 4 (the class's first
-four prompts, left-padded):
+four prompts, cycled when a class holds fewer, left-padded):
 
 ``transformers plain``
     ``model.generate`` (B = 4: one batched call).
@@ -179,7 +179,8 @@ def run_hf_e2e_bench(
     ratios: list[HfBenchRatio] = []
     for name, prompts in texts.items():
         for b in batches:
-            groups = [prompts[:b]] if b > 1 else [[p] for p in prompts[:4]]
+            cycled = [prompts[i % len(prompts)] for i in range(max(b, 4))]  # a class may hold fewer than 4
+            groups = [cycled[:b]] if b > 1 else [[p] for p in prompts[:4]]
             encoded = [encode(g) for g in groups]
             accept: dict[str, list[float]] = {}
 
