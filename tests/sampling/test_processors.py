@@ -281,6 +281,11 @@ def test_registry_covers_every_kind_and_refuses_unknown_ones() -> None:
         "presence_penalty",
         "stop_sequences",
         "grammar",
+        "no_repeat_ngram",
+        "banned_sequences",
+        "suppress_tokens",
+        "min_length",
+        "stop_strings",
     }
     assert all(cls.kind == kind for kind, cls in PROCESSOR_KINDS.items())
     with pytest.raises(InvalidProcessorError):

@@ -1,0 +1,79 @@
+"""Greedy equality with transformers' own ``generate`` per row of a left-padded batch (T = 0)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from specround.adapters.memory_log import MemoryEventLog
+from specround.hf import SpecroundGenerateOutput, generate
+from tests.hf._models import tiny_llama, tiny_qwen2
+
+IDS = torch.tensor([[0, 0, 3, 4, 7, 9], [11, 12, 13, 14, 15, 16], [0, 0, 0, 0, 20, 21]])
+MASK = (torch.arange(6)[None] >= torch.tensor([[2], [0], [4]])).long()
+
+
+def _eos_early(model: Any) -> int:
+    """A token transformers' greedy row 2 emits early (step 2..6) that rows 0 and 1 never emit."""
+    plain = model.generate(IDS, attention_mask=MASK, max_new_tokens=10, do_sample=False, eos_token_id=None)
+    new = plain[:, IDS.shape[1] :].tolist()
+    for step in range(2, 7):
+        token = new[2][step]
+        if token not in new[2][:step] and token not in new[0] + new[1]:
+            return int(token)
+    raise AssertionError("no early end token in this model's greedy output")
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("draft", ["assistant", "lookup", "none"])
+def test_greedy_rows_equal_transformers_generate(family: str, draft: str) -> None:
+    build = tiny_llama if family == "llama" else tiny_qwen2
+    model = build(0)
+    eos = _eos_early(model)
+    reference = model.generate(IDS, attention_mask=MASK, max_new_tokens=10, do_sample=False, eos_token_id=eos)
+    extra: dict[str, Any] = {}
+    if draft == "assistant":
+        extra = {"assistant_model": build(1), "k": 3}
+    elif draft == "lookup":
+        extra = {"prompt_lookup_num_tokens": 3}
+    out = generate(
+        model,
+        IDS,
+        attention_mask=MASK,
+        log=MemoryEventLog(),
+        max_new_tokens=10,
+        do_sample=False,
+        eos_token_id=eos,
+        return_dict_in_generate=True,
+        **extra,
+    )
+    assert isinstance(out, SpecroundGenerateOutput)
+    assert out.sequences.shape == reference.shape
+    assert torch.equal(out.sequences, reference)
+    # Row 2 ended on EOS and was padded with pad_token_id after it, as transformers does.
+    assert out.finish_reasons[2] == "stop" and out.finish_reasons[1] != "stop"
+    ended = reference[2, IDS.shape[1] :].tolist().index(eos) + 1
+    assert out.totals.generated == 10 + 10 + ended
+    assert reference[2, IDS.shape[1] + ended :].eq(0).all()
+
+
+def test_an_assistant_equal_to_the_target_is_always_accepted() -> None:
+    model = tiny_llama(0)
+    out = generate(
+        model,
+        IDS,
+        attention_mask=MASK,
+        assistant_model=model,
+        log=MemoryEventLog(),
+        max_new_tokens=9,
+        do_sample=False,
+        eos_token_id=None,
+        k=4,
+        return_dict_in_generate=True,
+    )
+    assert isinstance(out, SpecroundGenerateOutput)
+    assert out.totals.proposed > 0 and out.totals.accepted == out.totals.proposed
+    # One target forward per step: 9 tokens in rounds of K + 1 = 5 -> 2 rounds per row.
+    assert all(len(r) == 2 for r in out.rounds)
