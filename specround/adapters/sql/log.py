@@ -6,36 +6,46 @@
   ``create=False`` a database that is not at head is refused with :class:`SchemaVersionError` and is left
   untouched. Operators who migrate PostgreSQL explicitly run ``specround db upgrade URL`` and open their
   workers with ``create=False``.
-* **Publishing** is one transaction per call (group commit). The transaction reads the heads of the batch's
-  requests (``FOR UPDATE`` in request-id order on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already holds the
-  write lock), looks up the batch's round ids, decides every publication with
-  :func:`~specround.adapters.sql.fence.plan_publish`, appends the winners' events and publication rows with
-  one ``executemany`` each, and moves each winner's head with a compare-and-swap
-  ``UPDATE ... WHERE generation = expected`` whose row count is checked. The unique keys of
-  ``publications`` back the fence up; if one fires anyway (a concurrent writer the locks did not cover),
+* **Publishing** is one transaction per call (group commit) and takes the whole step's rounds. Canonical
+  bytes and each round's stored body (:mod:`specround.adapters.sql.round_body`) are computed before it
+  starts. The transaction reads the heads of the batch's requests (``FOR UPDATE`` in request-id order on
+  PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already holds the write lock), looks up the batch's round ids,
+  decides every publication with the shared fence :func:`~specround.adapters.fence.plan_publish`, appends
+  one ``rounds`` row per winner with a single ``executemany`` (its five events in one row), and moves each
+  winner's head with a compare-and-swap ``UPDATE ... WHERE generation = expected`` whose row count is
+  checked: three statements per step whatever the batch size. The unique keys of ``rounds`` back the fence
+  up; if one fires anyway (a concurrent writer the locks did not cover),
   or PostgreSQL reports a deadlock or serialization failure, the whole call is retried from the top, so
   the loser is decided by the fence on the next attempt instead of aborting the others.
   The statements run on the connection's DBAPI cursor with positional tuples (no statement compilation or
   result processing); the engine's cursor events still fire for each of them.
-* **Reading** streams: :meth:`SqlEventLog.events` runs one query in a read transaction (a snapshot) and
-  yields rows as the driver delivers them (a server-side cursor on PostgreSQL), never the whole log. Each
-  :class:`~specround.statemachine.ports.StoredEvent` carries the stored canonical text as
-  ``payload_bytes`` (what the chain hashed) and ``payload`` decoded from it.
+* **Reading** streams: :meth:`SqlEventLog.events` runs two ordered queries (the ``request_opened`` events,
+  and the rounds joined to their request ids) in one read transaction (a snapshot), merges them by request
+  and yields rows as the driver delivers them (server-side cursors on PostgreSQL), never the whole log.
+  Each round row becomes its five :class:`~specround.statemachine.ports.StoredEvent` objects with seqs
+  ``5g - 4 .. 5g``: ``payload`` rebuilt from the body, ``payload_bytes`` its canonical bytes (what the
+  chain hashed), the first event's ``prev_hash`` and the last one's ``hash`` as stored, and the links
+  between them recomputed from the payloads. An edited body therefore shows as a last link that does not
+  match, a removed, copied or moved row as a broken link, exactly as for one row per event; a body that
+  cannot be read at all yields its five events with empty payloads (which no check accepts).
 * **Errors** from the driver never escape raw; see :mod:`specround.adapters.sql.errors`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from sqlalchemy import Connection, Engine
 
+from specround.adapters.fence import Head, PreparedRound, PublishedRound, plan_publish, prepare_round
 from specround.adapters.sql.engine import (
     DEFAULT_BUSY_TIMEOUT_S,
     READ_ONLY,
@@ -44,19 +54,11 @@ from specround.adapters.sql.engine import (
     parse_location,
 )
 from specround.adapters.sql.errors import db_errors, is_integrity_error, is_retryable
-from specround.adapters.sql.fence import (
-    EVENT_COLUMNS,
-    HEAD_UPDATE_COLUMNS,
-    PUBLICATION_COLUMNS,
-    Head,
-    PublishedRound,
-    plan_publish,
-    prepare_round,
-)
 from specround.adapters.sql.migrate import SchemaStatus, ensure_schema, schema_status
-from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash, load
-from specround.errors import InvalidRequestError, LogUnavailableError
-from specround.statemachine.events import RequestOpened
+from specround.adapters.sql.round_body import decode_round, encode_round, raw_payloads
+from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash, dumps_trusted, load
+from specround.errors import InvalidRequestError, LogIntegrityError, LogUnavailableError
+from specround.statemachine.events import ROUND_EVENT_KINDS, RequestOpened
 from specround.statemachine.ports import LogHead, PublishOutcome, RoundPublication, StoredEvent
 
 __all__ = ["PUBLISH_ATTEMPTS", "STREAM_BATCH", "SqlEventLog"]
@@ -111,25 +113,49 @@ class _Cursor:
         self._cursor.close()
 
 
+_EVENT_COLUMNS = (
+    "request_id",
+    "seq",
+    "kind",
+    "round_id",
+    "generation",
+    "schema_version",
+    "prev_hash",
+    "hash",
+    "recorded_at",
+    "payload",
+)
+_ROUND_COLUMNS = (
+    "request_no",
+    "generation",
+    "round_id",
+    "recorded_at",
+    "commit_digest",
+    "prev_hash",
+    "hash",
+    "body",
+)
+_HEAD_UPDATE_COLUMNS = ("generation", "head_seq", "head_hash", "state_digest", "finished", "updated_at")
+
+
 class _Statements:
     """The log's SQL in the driver's parameter style (the hot path skips statement compilation)."""
 
     def __init__(self, paramstyle: str, postgres: bool) -> None:
         self.mark = "?" if paramstyle == "qmark" else "%s"
-        marks = ", ".join([self.mark] * len(EVENT_COLUMNS))
-        self.insert_events = f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({marks})"
-        marks = ", ".join([self.mark] * len(PUBLICATION_COLUMNS))
-        self.insert_publications = (
-            f"INSERT INTO publications ({', '.join(PUBLICATION_COLUMNS)}) VALUES ({marks})"
-        )
-        assignments = ", ".join(f"{column} = {self.mark}" for column in HEAD_UPDATE_COLUMNS)
+        marks = ", ".join([self.mark] * len(_EVENT_COLUMNS))
+        self.insert_event = f"INSERT INTO events ({', '.join(_EVENT_COLUMNS)}) VALUES ({marks})"
+        marks = ", ".join([self.mark] * len(_ROUND_COLUMNS))
+        self.insert_rounds = f"INSERT INTO rounds ({', '.join(_ROUND_COLUMNS)}) VALUES ({marks})"
+        assignments = ", ".join(f"{column} = {self.mark}" for column in _HEAD_UPDATE_COLUMNS)
         self.update_head = (
             f"UPDATE requests SET {assignments} WHERE request_id = {self.mark} AND generation = {self.mark}"
         )
         self.insert_request = (
             "INSERT INTO requests (request_id, generation, head_seq, head_hash, state_digest, finished, "
-            f"opened_digest, opened_at, updated_at) VALUES ({', '.join([self.mark] * 9)})"
+            f"opened_digest, opened_at, updated_at, request_no) VALUES ({', '.join([self.mark] * 10)})"
         )
+        self.next_request_no = "SELECT coalesce(max(request_no), 0) + 1 FROM requests"
         self.lock_suffix = " ORDER BY request_id FOR UPDATE" if postgres else ""
         self.opened = (
             "SELECT e.hash, r.opened_digest FROM requests r JOIN events e "
@@ -139,24 +165,50 @@ class _Statements:
             "SELECT request_id, generation, head_seq, head_hash, state_digest, finished FROM requests "
             f"WHERE request_id = {self.mark}"
         )
-        columns = ", ".join(EVENT_COLUMNS)
+        columns = ", ".join(_EVENT_COLUMNS)
         self.all_events = f"SELECT {columns} FROM events ORDER BY request_id, seq"
         self.request_events = f"SELECT {columns} FROM events WHERE request_id = {self.mark} ORDER BY seq"
+        rounds = (
+            "SELECT q.request_id, r.generation, r.round_id, r.recorded_at, r.commit_digest, r.prev_hash, "
+            "r.hash, r.body FROM rounds r JOIN requests q ON q.request_no = r.request_no"
+        )
+        self.all_rounds = f"{rounds} ORDER BY q.request_id, r.generation"
+        self.request_rounds = f"{rounds} WHERE q.request_id = {self.mark} ORDER BY r.generation"
         self.request_ids = "SELECT request_id FROM requests ORDER BY request_id"
 
     def heads(self, count: int) -> str:
         marks = ", ".join([self.mark] * count)
         return (
-            "SELECT request_id, generation, head_seq, head_hash, finished FROM requests "
+            "SELECT request_id, generation, head_seq, head_hash, finished, request_no FROM requests "
             f"WHERE request_id IN ({marks}){self.lock_suffix}"
         )
 
     def rounds(self, count: int) -> str:
-        pair = f"(request_id = {self.mark} AND round_id = {self.mark})"
-        return (
-            "SELECT request_id, round_id, generation, commit_digest FROM publications WHERE "
-            + " OR ".join([pair] * count)
+        pair = f"(request_no = {self.mark} AND round_id = {self.mark})"
+        return "SELECT request_no, round_id, generation, commit_digest FROM rounds WHERE " + " OR ".join(
+            [pair] * count
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Encoded:
+    """A prepared round with its stored body (computed before the transaction)."""
+
+    prepared: PreparedRound
+    body: bytes
+    commit: bytes
+
+
+def _encode(prepared: PreparedRound) -> _Encoded:
+    pub = prepared.publication
+    body = encode_round(
+        [event.__dict__ for event in pub.events()],
+        pub.request_id,
+        pub.round_id,
+        pub.commit_digest,
+        prepared.payloads,
+    )
+    return _Encoded(prepared, body, bytes.fromhex(pub.commit_digest))
 
 
 class SqlEventLog:
@@ -246,12 +298,13 @@ class SqlEventLog:
                     )
                 return
             now = time.time()
+            number = connection.exec_driver_sql(self._sql.next_request_no).scalar_one()
             connection.exec_driver_sql(
                 self._sql.insert_request,
-                (event.request_id, 0, 0, link, state_digest, False, state_digest, now, now),
+                (event.request_id, 0, 0, link, state_digest, False, state_digest, now, now, int(number)),
             )
             connection.exec_driver_sql(
-                self._sql.insert_events,
+                self._sql.insert_event,
                 (
                     event.request_id,
                     0,
@@ -276,24 +329,55 @@ class SqlEventLog:
         one (:class:`~specround.errors.RequestFinishedError`) aborts the call with nothing written.
         """
         self._check_open()
-        prepared = [prepare_round(publication) for publication in publications]
-        if not prepared:
+        encoded = [_encode(prepare_round(publication)) for publication in publications]
+        if not encoded:
             return []
+        prepared = [item.prepared for item in encoded]
+        bodies = {id(item.prepared): item for item in encoded}
         request_ids = sorted({p.publication.request_id for p in prepared})
         pairs = sorted({(p.publication.request_id, p.publication.round_id) for p in prepared})
 
         def attempt(connection: Connection) -> list[PublishOutcome]:
             cursor = _Cursor(connection)
             try:
-                heads = self._read_heads(cursor, request_ids)
-                known = self._read_rounds(cursor, pairs)
-                plan = plan_publish(prepared, heads, known, time.time())
-                if plan.event_rows:
-                    cursor.run(self._sql.insert_events, plan.event_rows, many=True)
-                    cursor.run(self._sql.insert_publications, plan.publication_rows, many=True)
-                    moved = cursor.run(self._sql.update_head, plan.head_updates, many=True).rowcount
-                    if moved != len(plan.head_updates):
-                        raise _RetryError(f"{len(plan.head_updates) - moved} compare-and-swap(s) lost")
+                heads, numbers = self._read_heads(cursor, request_ids)
+                known = self._read_rounds(cursor, pairs, numbers)
+                plan = plan_publish(prepared, heads, known)
+                if plan.appended:
+                    now = time.time()
+                    rows = []
+                    for appended in plan.appended:
+                        item = bodies[id(appended.prepared)]
+                        pub = appended.prepared.publication
+                        rows.append(
+                            (
+                                numbers[pub.request_id],
+                                appended.generation,
+                                pub.round_id,
+                                now,
+                                item.commit,
+                                bytes.fromhex(appended.prev_hash),
+                                bytes.fromhex(appended.hashes[-1]),
+                                item.body,
+                            )
+                        )
+                    cursor.run(self._sql.insert_rounds, rows, many=True)
+                    updates = [
+                        (
+                            u.head.generation,
+                            u.head.seq,
+                            u.head.hash,
+                            u.state_digest,
+                            u.head.finished,
+                            now,
+                            u.request_id,
+                            u.expected_generation,
+                        )
+                        for u in plan.head_updates
+                    ]
+                    moved = cursor.run(self._sql.update_head, updates, many=True).rowcount
+                    if moved != len(updates):
+                        raise _RetryError(f"{len(updates) - moved} compare-and-swap(s) lost")
             finally:
                 cursor.close()
             return plan.outcomes
@@ -309,9 +393,9 @@ class SqlEventLog:
         """
         self._check_open()
         if request_id is None:
-            stream = self._stream(self._sql.all_events, ())
+            stream = self._stream(self._sql.all_events, self._sql.all_rounds, ())
         else:
-            stream = self._stream(self._sql.request_events, (request_id,))
+            stream = self._stream(self._sql.request_events, self._sql.request_rounds, (request_id,))
         self._streams.add(stream)
         return stream
 
@@ -392,61 +476,114 @@ class SqlEventLog:
             with connection.begin():
                 return body(connection)
 
-    def _read_heads(self, cursor: _Cursor, request_ids: list[str]) -> dict[str, Head]:
+    def _read_heads(self, cursor: _Cursor, request_ids: list[str]) -> tuple[dict[str, Head], dict[str, int]]:
         heads: dict[str, Head] = {}
+        numbers: dict[str, int] = {}
         for start in range(0, len(request_ids), _IN_CHUNK):
             chunk = tuple(request_ids[start : start + _IN_CHUNK])
             for row in cursor.run(self._sql.heads(len(chunk)), chunk).fetchall():
                 heads[row[0]] = Head(int(row[1]), int(row[2]), row[3], bool(row[4]))
-        return heads
+                numbers[row[0]] = int(row[5])
+        return heads, numbers
 
     def _read_rounds(
-        self, cursor: _Cursor, pairs: list[tuple[str, str]]
+        self, cursor: _Cursor, pairs: list[tuple[str, str]], numbers: dict[str, int]
     ) -> dict[tuple[str, str], PublishedRound]:
         known: dict[tuple[str, str], PublishedRound] = {}
+        ids = {number: request_id for request_id, number in numbers.items()}
+        pairs = [pair for pair in pairs if pair[0] in numbers]  # unknown requests: plan_publish refuses
         for start in range(0, len(pairs), _PAIR_CHUNK):
             chunk = pairs[start : start + _PAIR_CHUNK]
-            flat = tuple(value for pair in chunk for value in pair)
+            flat = tuple(value for request_id, round_id in chunk for value in (numbers[request_id], round_id))
             for row in cursor.run(self._sql.rounds(len(chunk)), flat).fetchall():
-                known[(row[0], row[1])] = PublishedRound(int(row[2]), row[3])
+                known[(ids[int(row[0])], row[1])] = PublishedRound(int(row[2]), bytes(row[3]).hex())
         return known
 
-    def _stream(self, sql: str, parameters: tuple[Any, ...]) -> Generator[StoredEvent, None, None]:
-        loads = load
+    def _stream(
+        self, events_sql: str, rounds_sql: str, parameters: tuple[Any, ...]
+    ) -> Generator[StoredEvent, None, None]:
         with db_errors("read events"), self._engine.connect() as connection:
             connection = connection.execution_options(**{READ_ONLY: True})
             with connection.begin():
                 raw = connection.connection
-                # PostgreSQL: a named (server-side) cursor streams; SQLite's cursor steps the statement.
-                cursor = raw.cursor(f"specround_events_{id(raw):x}") if self._postgres else raw.cursor()
+                # PostgreSQL: named (server-side) cursors stream; SQLite's cursors step their statements.
+                if self._postgres:
+                    events = raw.cursor(f"specround_events_{id(raw):x}")
+                    rounds = raw.cursor(f"specround_rounds_{id(raw):x}")
+                else:
+                    events, rounds = raw.cursor(), raw.cursor()
                 try:
-                    cursor.execute(sql, parameters)
-                    while rows := cursor.fetchmany(STREAM_BATCH):
-                        for (
-                            request_id,
-                            seq,
-                            kind,
-                            round_id,
-                            generation,
-                            version,
-                            prev,
-                            link,
-                            at,
-                            text,
-                        ) in rows:
-                            data = text.encode("utf-8")  # the exact bytes the chain hashed
-                            yield StoredEvent(
-                                request_id,
-                                seq,
-                                kind,
-                                round_id,
-                                generation,
-                                version,
-                                loads(data),
-                                prev,
-                                link,
-                                at,
-                                data,
-                            )
+                    events.execute(events_sql, parameters)
+                    rounds.execute(rounds_sql, parameters)
+                    yield from _merge(_rows(events), _rows(rounds))
                 finally:
-                    cursor.close()
+                    events.close()
+                    rounds.close()
+
+
+def _rows(cursor: Any) -> Iterator[Any]:
+    """Every row of an executed DBAPI cursor, fetched :data:`STREAM_BATCH` at a time."""
+    while rows := cursor.fetchmany(STREAM_BATCH):
+        yield from rows
+
+
+def _merge(events: Iterator[Any], rounds: Iterator[Any]) -> Iterator[StoredEvent]:
+    """Both ordered row streams as one stream of events in (request, seq) order."""
+    loads = load
+    pending = next(rounds, None)
+    for request_id, seq, kind, round_id, generation, version, prev, link, at, text in events:
+        while pending is not None and pending[0] < request_id:
+            yield from _round_events(pending)
+            pending = next(rounds, None)
+        data = text.encode("utf-8")  # the exact bytes the chain hashed
+        yield StoredEvent(
+            request_id, seq, kind, round_id, generation, version, loads(data), prev, link, at, data
+        )
+        while pending is not None and pending[0] == request_id:
+            yield from _round_events(pending)
+            pending = next(rounds, None)
+    while pending is not None:
+        yield from _round_events(pending)
+        pending = next(rounds, None)
+
+
+_KINDS = ROUND_EVENT_KINDS
+_sha256 = hashlib.sha256
+
+
+def _round_events(row: Any) -> Iterator[StoredEvent]:
+    """The five events of one ``rounds`` row (see the module docstring)."""
+    request_id, generation, round_id, at, commit, prev, last, body = row
+    generation = int(generation)
+    body = bytes(body)
+    try:
+        raw = raw_payloads(body)
+        if raw is None:
+            payloads = decode_round(body, request_id, round_id, bytes(commit).hex())
+            data = [dumps_trusted(payload) for payload in payloads]
+        else:
+            data = raw
+            payloads = [load(item) for item in raw]
+    except (LogIntegrityError, ValueError, IndexError):
+        payloads, data = [{}, {}, {}, {}, {}], [b""] * 5
+    seq = 5 * generation - 4
+    link = bytes(prev).hex()
+    final = bytes(last).hex()
+    for index in range(5):
+        payload = payloads[index]
+        version = payload.get("schema_version", 1)
+        following = final if index == 4 else _sha256(link.encode("ascii") + data[index]).hexdigest()
+        yield StoredEvent(
+            request_id,
+            seq + index,
+            _KINDS[index],
+            round_id,
+            generation,
+            version if type(version) is int else 1,
+            payload,
+            link,
+            following,
+            at,
+            data[index],
+        )
+        link = following
