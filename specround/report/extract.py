@@ -37,6 +37,7 @@ __all__ = [
 
 STREAM_BATCH = 5000
 """Rows fetched per round trip."""
+_NO_DIGEST = "0" * 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +152,7 @@ def _round_query(dialect: _Dialect, filters: ReportFilter) -> tuple[str, list[An
             )
             parameters.append(value)
     sql = (
-        "SELECT q.request_id, r.recorded_at, r.round_id, r.commit_digest, r.body FROM rounds r "
+        "SELECT q.request_id, r.recorded_at, r.generation, r.round_id, r.commit_digest, r.body FROM rounds r "
         f"JOIN requests q ON q.request_no = r.request_no WHERE {' AND '.join(where)}"
     )
     return sql, parameters
@@ -176,9 +177,13 @@ def sql_round_rows(log: SqlEventLog, filters: ReportFilter | None = None) -> Ite
         connection = connection.execution_options(**{READ_ONLY: True}, yield_per=STREAM_BATCH)
         with connection.begin():
             result = connection.exec_driver_sql(sql, tuple(parameters))
-            for request_id, recorded_at, round_id, commit, body in result:
+            for request_id, recorded_at, generation, round_id, commit, body in result:
                 try:
-                    events = decode_round(bytes(body), request_id, round_id, bytes(commit).hex())
+                    # The report reads no processor digest: a reference to the previous round's is
+                    # filled with a placeholder instead of reading rows in order.
+                    events = decode_round(
+                        bytes(body), request_id, round_id, int(generation), bytes(commit).hex(), _NO_DIGEST
+                    )
                     parts = {str(event.get("kind")): event for event in events}
                     yield _row_from_payloads(request_id, float(recorded_at), parts)
                 except (LogIntegrityError, KeyError, TypeError, ValueError):

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -45,7 +46,14 @@ from typing import Any, Self, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from specround.adapters.fence import Head, PreparedRound, PublishedRound, plan_publish, prepare_round
+from specround.adapters.fence import (
+    AppendedRound,
+    Head,
+    PreparedRound,
+    PublishedRound,
+    plan_publish,
+    prepare_round,
+)
 from specround.adapters.sql.engine import (
     DEFAULT_BUSY_TIMEOUT_S,
     READ_ONLY,
@@ -56,6 +64,7 @@ from specround.adapters.sql.engine import (
 from specround.adapters.sql.errors import db_errors, is_integrity_error, is_retryable
 from specround.adapters.sql.migrate import SchemaStatus, ensure_schema, schema_status
 from specround.adapters.sql.round_body import decode_round, encode_round, raw_payloads
+from specround.adapters.sql.tables import PREV_LINK_BYTES
 from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash, dumps_trusted, load
 from specround.errors import InvalidRequestError, LogIntegrityError, LogUnavailableError
 from specround.statemachine.events import ROUND_EVENT_KINDS, RequestOpened
@@ -190,6 +199,11 @@ class _Statements:
         )
 
 
+_TAILS = 65536
+"""Most requests whose last published round this process remembers (to store ``processor_before`` as a
+reference to it)."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Encoded:
     """A prepared round with its stored body (computed before the transaction)."""
@@ -197,18 +211,23 @@ class _Encoded:
     prepared: PreparedRound
     body: bytes
     commit: bytes
+    assumed: str | None
+    """The head hash the body's reference to the previous round assumes (None: no reference)."""
 
 
-def _encode(prepared: PreparedRound) -> _Encoded:
+def _encode(prepared: PreparedRound, tail: tuple[str, str] | None) -> _Encoded:
+    """Encode a round's body, referring to the previous round's processor digest if ``tail`` is it."""
     pub = prepared.publication
     body = encode_round(
         [event.__dict__ for event in pub.events()],
         pub.request_id,
         pub.round_id,
+        pub.expected_generation + 1,
         pub.commit_digest,
         prepared.payloads,
+        None if tail is None else tail[1],
     )
-    return _Encoded(prepared, body, bytes.fromhex(pub.commit_digest))
+    return _Encoded(prepared, body, bytes.fromhex(pub.commit_digest), None if tail is None else tail[0])
 
 
 class SqlEventLog:
@@ -225,6 +244,9 @@ class SqlEventLog:
         self._postgres = location.backend == "postgresql"
         self._sql = _Statements(engine.dialect.paramstyle, self._postgres)
         self._closed = False
+        self._tails: dict[str, tuple[str, str]] = {}
+        """request id -> (head hash, processor_after) of the last round this process published for it."""
+        self._tails_lock = threading.Lock()
         self._streams: weakref.WeakSet[Generator[StoredEvent, None, None]] = weakref.WeakSet()
         """Event streams not yet exhausted: each holds a connection (and a read transaction) until it ends."""
 
@@ -329,9 +351,14 @@ class SqlEventLog:
         one (:class:`~specround.errors.RequestFinishedError`) aborts the call with nothing written.
         """
         self._check_open()
-        encoded = [_encode(prepare_round(publication)) for publication in publications]
+        tails = self._tails
+        encoded = [
+            _encode(prepared, tails.get(prepared.publication.request_id))
+            for prepared in map(prepare_round, publications)
+        ]
         if not encoded:
             return []
+        written: list[AppendedRound] = []
         prepared = [item.prepared for item in encoded]
         bodies = {id(item.prepared): item for item in encoded}
         request_ids = sorted({p.publication.request_id for p in prepared})
@@ -349,6 +376,9 @@ class SqlEventLog:
                     for appended in plan.appended:
                         item = bodies[id(appended.prepared)]
                         pub = appended.prepared.publication
+                        body = item.body
+                        if item.assumed is not None and item.assumed != appended.prev_hash:
+                            body = _encode(appended.prepared, None).body  # the head moved elsewhere
                         rows.append(
                             (
                                 numbers[pub.request_id],
@@ -356,9 +386,9 @@ class SqlEventLog:
                                 pub.round_id,
                                 now,
                                 item.commit,
-                                bytes.fromhex(appended.prev_hash),
+                                bytes.fromhex(appended.prev_hash)[:PREV_LINK_BYTES],
                                 bytes.fromhex(appended.hashes[-1]),
-                                item.body,
+                                body,
                             )
                         )
                     cursor.run(self._sql.insert_rounds, rows, many=True)
@@ -380,9 +410,25 @@ class SqlEventLog:
                         raise _RetryError(f"{len(updates) - moved} compare-and-swap(s) lost")
             finally:
                 cursor.close()
+            written[:] = plan.appended
             return plan.outcomes
 
-        return self._write("publish rounds", attempt)
+        outcomes = self._write("publish rounds", attempt)
+        self._remember(written)
+        return outcomes
+
+    def _remember(self, written: list[AppendedRound]) -> None:
+        """Note the committed rounds' heads and processor digests (the next round may refer to them)."""
+        with self._tails_lock:
+            tails = self._tails
+            for appended in written:
+                pub = appended.prepared.publication
+                if pub.finished:
+                    tails.pop(pub.request_id, None)
+                    continue
+                tails[pub.request_id] = (appended.hashes[-1], pub.staged.processor_after)
+            while len(tails) > _TAILS:
+                del tails[next(iter(tails))]
 
     def events(self, request_id: str | None = None) -> Iterator[StoredEvent]:
         """Stream stored events in (request, seq) order, for one request or all of them.
@@ -528,46 +574,76 @@ def _rows(cursor: Any) -> Iterator[Any]:
 
 
 def _merge(events: Iterator[Any], rounds: Iterator[Any]) -> Iterator[StoredEvent]:
-    """Both ordered row streams as one stream of events in (request, seq) order."""
+    """Both ordered row streams as one stream of events in (request, seq) order, a request at a time."""
     loads = load
     pending = next(rounds, None)
     for request_id, seq, kind, round_id, generation, version, prev, link, at, text in events:
         while pending is not None and pending[0] < request_id:
-            yield from _round_events(pending)
-            pending = next(rounds, None)
+            pending = yield from _request_rounds(pending, rounds, None)
         data = text.encode("utf-8")  # the exact bytes the chain hashed
         yield StoredEvent(
             request_id, seq, kind, round_id, generation, version, loads(data), prev, link, at, data
         )
-        while pending is not None and pending[0] == request_id:
-            yield from _round_events(pending)
-            pending = next(rounds, None)
+        if pending is not None and pending[0] == request_id:
+            pending = yield from _request_rounds(pending, rounds, link if seq == 0 else None)
     while pending is not None:
-        yield from _round_events(pending)
-        pending = next(rounds, None)
+        pending = yield from _request_rounds(pending, rounds, None)
 
 
 _KINDS = ROUND_EVENT_KINDS
 _sha256 = hashlib.sha256
+_UNRESOLVED = "-" * (64 - 2 * PREV_LINK_BYTES)
+"""Pads the stored prefix of a link that names no stored event (a ``prev_hash`` no event has as hash)."""
 
 
-def _round_events(row: Any) -> Iterator[StoredEvent]:
-    """The five events of one ``rounds`` row (see the module docstring)."""
+def _request_rounds(
+    first: Any, rounds: Iterator[Any], opened_hash: str | None
+) -> Generator[StoredEvent, None, Any]:
+    """Yield the events of every round row of ``first``'s request; return the next request's first row.
+
+    The request's rows are read first (memory bounded by one request), so that each row's stored link
+    prefix resolves to the full hash of the row it extends wherever that row is stored.
+    """
+    request_id = first[0]
+    rows = [first]
+    pending = next(rounds, None)
+    while pending is not None and pending[0] == request_id:
+        rows.append(pending)
+        pending = next(rounds, None)
+    finals = {bytes(row[6]).hex(): None for row in rows}
+    if opened_hash is not None:
+        finals[opened_hash] = None
+    links = {bytes.fromhex(full)[:PREV_LINK_BYTES]: full for full in finals}
+    previous_processor: str | None = None
+    for row in rows:
+        previous_processor = yield from _round_events(row, links, previous_processor)
+    return pending
+
+
+def _round_events(
+    row: Any, links: dict[bytes, str], previous_processor: str | None
+) -> Generator[StoredEvent, None, str | None]:
+    """The five events of one ``rounds`` row (see the module docstring); returns its processor_after."""
     request_id, generation, round_id, at, commit, prev, last, body = row
     generation = int(generation)
     body = bytes(body)
+    processor_after = None
     try:
         raw = raw_payloads(body)
         if raw is None:
-            payloads = decode_round(body, request_id, round_id, bytes(commit).hex())
+            payloads = decode_round(
+                body, request_id, round_id, generation, bytes(commit).hex(), previous_processor
+            )
             data = [dumps_trusted(payload) for payload in payloads]
         else:
             data = raw
             payloads = [load(item) for item in raw]
-    except (LogIntegrityError, ValueError, IndexError):
+        processor_after = payloads[3].get("processor_after")
+    except (LogIntegrityError, ValueError, IndexError, AttributeError):
         payloads, data = [{}, {}, {}, {}, {}], [b""] * 5
     seq = 5 * generation - 4
-    link = bytes(prev).hex()
+    prefix = bytes(prev)
+    link = links.get(prefix) or prefix.hex() + _UNRESOLVED
     final = bytes(last).hex()
     for index in range(5):
         payload = payloads[index]
@@ -587,3 +663,4 @@ def _round_events(row: Any) -> Iterator[StoredEvent]:
             data[index],
         )
         link = following
+    return processor_after if isinstance(processor_after, str) else None

@@ -10,12 +10,16 @@ recomputed from them on reading.
 Layout (little-endian). Byte 0 is the form:
 
 ``COMPACT`` (1)
-    byte 1: type code of the integer array (0 ``B``, 1 ``H``, 2 ``I``, 3 ``q``); byte 2: type code of the
-    float array (0 ``d`` float64, 1 ``f`` float32, used only when every float is exactly a float32);
-    bytes 3-4 and 5-6: the number of integers and floats (``uint16``); then the integer array, the float
-    array and the raw 32-byte values of every digest, each in event order. Integers hold counters, token
-    ids, list lengths, presence flags and the codes of ``terminal`` and ``finish_reason``; the event kinds,
-    the request and round ids, the schema version and the commit digest are implied by the row.
+    byte 1 packs the type codes of the arrays that follow (bits 0-1: the small-integer array, bits 2-3:
+    the wide-integer array, ``B``/``H``/``I``/``q`` for codes 0-3; bit 4: floats stored as float32, used
+    only when every float is exactly a float32, float64 otherwise). Then the small-integer array (always
+    :data:`SMALL_FIELDS` entries: list lengths, flags, enum codes, draw counts and the fields that follow
+    from others as differences, e.g. ``expected_generation`` against the row's generation and the RNG
+    counters against ``rng_before``), the wide-integer array (``rng_before`` and the token-id lists), the
+    float array and the raw 32-byte values of the digests, each in event order. ``processor_before`` is
+    left out when it equals the previous round's ``processor_after`` (flagged; the reader passes that
+    digest in). The event kinds, the request and round ids, the schema version and the commit digest are
+    implied by the row.
 ``RAW`` (2)
     the five canonical JSON texts, each preceded by its ``uint32`` length (for events whose shape the
     compact form does not cover, e.g. an older schema version or a value outside its types).
@@ -33,14 +37,13 @@ from typing import Any
 
 from specround.errors import LogIntegrityError
 
-__all__ = ["COMPACT", "RAW", "decode_round", "encode_raw", "encode_round", "raw_payloads"]
+__all__ = ["COMPACT", "RAW", "SMALL_FIELDS", "decode_round", "encode_raw", "encode_round", "raw_payloads"]
 
 COMPACT = 1
 RAW = 2
 
 _INT_CODES = ("B", "H", "I", "q")
 _INT_LIMITS = (0xFF, 0xFFFF, 0xFFFF_FFFF)
-_FLOAT_CODES = ("d", "f")
 _TERMINALS = ("correction", "bonus", "stop")
 _TERMINAL_CODE = {name: code for code, name in enumerate(_TERMINALS)}
 _REASONS = (None, "stop", "length")
@@ -104,7 +107,8 @@ _KEYS = {
 }
 _KINDS = ("round_ready", "round_verified", "round_decided", "round_staged", "round_published")
 _SCHEMA_VERSION = 1
-_MAX_COUNT = 0xFFFF
+SMALL_FIELDS = 30
+"""Entries of the small-integer array of a ``COMPACT`` body."""
 _SEQUENCE_TYPES = {list, tuple}
 
 
@@ -125,16 +129,19 @@ def encode_round(
     events: Sequence[Mapping[str, Any]],
     request_id: str,
     round_id: str,
+    generation: int,
     commit_digest: str,
     payloads: Sequence[bytes],
+    previous_processor: str | None = None,
 ) -> bytes:
     """The body of a round from its five events' values (record fields or decoded JSON objects).
 
     ``payloads`` are the events' canonical bytes, stored as they are when the values do not fit the
-    compact form exactly. ``commit_digest`` is the row's column (``round_published`` must carry it).
+    compact form exactly. ``generation`` and ``commit_digest`` are the row's columns; ``previous_processor``
+    is the previous round's ``processor_after`` when the reader will have it (None: store it in full).
     """
     try:
-        return _encode_compact(events, request_id, round_id, commit_digest)
+        return _encode_compact(events, request_id, round_id, generation, commit_digest, previous_processor)
     except _NotCompactError:
         return encode_raw(payloads)
 
@@ -159,8 +166,22 @@ def _flag(value: Any) -> int:
     return 1 if value else 0
 
 
+def _code(values: list[int]) -> int:
+    if not values:
+        return 0
+    if min(values) < 0:
+        return 3
+    high = max(values)
+    return next((code for code, limit in enumerate(_INT_LIMITS) if high <= limit), 3)
+
+
 def _encode_compact(
-    events: Sequence[Mapping[str, Any]], request_id: str, round_id: str, commit_digest: str
+    events: Sequence[Mapping[str, Any]],
+    request_id: str,
+    round_id: str,
+    generation: int,
+    commit_digest: str,
+    previous_processor: str | None,
 ) -> bytes:
     if len(events) != len(_KINDS):
         raise _NotCompactError
@@ -168,57 +189,57 @@ def _encode_compact(
     for event, kind in zip(events, _KINDS, strict=True):
         _check(event, kind, request_id, round_id)
     try:
-        ints: list[Any] = []
-        floats: list[Any] = []
-        digests: list[Any] = [ready["coordinate_digest"]]
-        # round_ready
         drafts, q_draft, q_rows = ready["draft_ids"], ready["q_draft"], ready["q_rows_digest"]
-        sequences = (
-            drafts,
-            q_draft,
-            verified["p_draft"],
-            decided["accept_uniforms"],
-            decided["emitted_ids"],
-            staged["committed_kv_ids"],
-            staged["discarded_kv_ids"],
-            staged["rng_before"],
-            staged["rng_after"],
-        )
-        if not set(map(type, sequences)) <= _SEQUENCE_TYPES:
+        p_draft, p_rows = verified["p_draft"], verified["p_rows_digest"]
+        uniforms, emitted = decided["accept_uniforms"], decided["emitted_ids"]
+        committed, discarded = staged["committed_kv_ids"], staged["discarded_kv_ids"]
+        rng_before, rng_after = staged["rng_before"], staged["rng_after"]
+        sequences = (drafts, q_draft, p_draft, uniforms, emitted, committed, discarded, rng_before, rng_after)
+        if not set(map(type, sequences)) <= _SEQUENCE_TYPES or len(rng_before) != 3 or len(rng_after) != 3:
             raise _NotCompactError
-        ints += (
+        row = decided["terminal_row"]
+        scalars = (
             ready["expected_generation"],
             ready["proposal_before"],
             ready["proposal_after"],
-            len(drafts),
-            *drafts,
-            len(q_draft),
-            0 if q_rows is None else 1,
-        )
-        floats += q_draft
-        if q_rows is not None:
-            digests.append(q_rows)
-        # round_verified
-        p_draft, p_rows = verified["p_draft"], verified["p_rows_digest"]
-        ints += (verified["verify_rows"], len(p_draft), 0 if p_rows is None else 1)
-        floats += p_draft
-        if p_rows is not None:
-            digests.append(p_rows)
-        # round_decided
-        row = decided["terminal_row"]
-        if row is not None and type(row) is not int:
-            raise _NotCompactError
-        uniforms, emitted = decided["accept_uniforms"], decided["emitted_ids"]
-        mask = 0
-        for bit, name in enumerate(_OPTIONAL_FLOATS):
-            if decided[name] is not None:
-                mask |= 1 << bit
-        ints += (
+            verified["verify_rows"],
             decided["accepted"],
-            _TERMINAL_CODE[decided["terminal"]],
             decided["accept_counter"],
             decided["accept_draws"],
             decided["terminal_counter"],
+            decided["terminal_draws"],
+            published["generation"],
+            0 if row is None else row,
+            *rng_before,
+            *rng_after,
+        )
+        if set(map(type, scalars)) != {int}:
+            raise _NotCompactError
+        mask = 0
+        optional = []
+        for bit, name in enumerate(_OPTIONAL_FLOATS):
+            value = decided[name]
+            if value is not None:
+                mask |= 1 << bit
+                optional.append(value)
+        before = staged["processor_before"]
+        reference = previous_processor is not None and before == previous_processor
+        timings = published["timings"]
+        small = [
+            generation - 1 - ready["expected_generation"],
+            ready["proposal_before"] - rng_before[0],
+            ready["proposal_after"] - rng_after[0],
+            len(drafts),
+            len(q_draft),
+            0 if q_rows is None else 1,
+            verified["verify_rows"],
+            len(p_draft),
+            0 if p_rows is None else 1,
+            decided["accepted"],
+            _TERMINAL_CODE[decided["terminal"]],
+            decided["accept_counter"] - rng_before[1],
+            decided["accept_draws"],
+            decided["terminal_counter"] - rng_before[2],
             decided["terminal_draws"],
             0 if row is None else row + 1,
             _flag(decided["degenerate_correction"]),
@@ -227,34 +248,37 @@ def _encode_compact(
             mask,
             len(uniforms),
             len(emitted),
-            *emitted,
-        )
-        floats += uniforms
-        floats += [decided[name] for name in _OPTIONAL_FLOATS if decided[name] is not None]
-        # round_staged
-        committed, discarded = staged["committed_kv_ids"], staged["discarded_kv_ids"]
-        rng_before, rng_after = staged["rng_before"], staged["rng_after"]
-        if len(rng_before) != 3 or len(rng_after) != 3:
-            raise _NotCompactError
-        ints += (len(committed), *committed, len(discarded), *discarded, *rng_before, *rng_after)
-        digests += (staged["processor_before"], staged["processor_after"], staged["successor_digest"])
-        # round_published
-        timings = published["timings"]
-        ints += (published["generation"], 0 if timings is None else 1)
-        if published["commit_digest"] != commit_digest or type(published["commit_digest"]) is not str:
-            raise _NotCompactError
+            len(committed),
+            len(discarded),
+            rng_after[0] - rng_before[0],
+            rng_after[1] - rng_before[1],
+            rng_after[2] - rng_before[2],
+            generation - published["generation"],
+            0 if timings is None else 1,
+            1 if reference else 0,
+        ]
+        wide = [*rng_before, *drafts, *emitted, *committed, *discarded]
+        floats = [*q_draft, *p_draft, *uniforms, *optional]
         if timings is not None:
             values = timings if isinstance(timings, dict) else timings.__dict__
             if values.keys() != _TIMING_KEYS:
                 raise _NotCompactError
             floats += [values[name] for name in _TIMINGS]
+        digests = [ready["coordinate_digest"]]
+        if q_rows is not None:
+            digests.append(q_rows)
+        if p_rows is not None:
+            digests.append(p_rows)
+        if not reference:
+            digests.append(before)
+        digests += (staged["processor_after"], staged["successor_digest"])
+        if published["commit_digest"] != commit_digest or type(published["commit_digest"]) is not str:
+            raise _NotCompactError
     except (KeyError, TypeError) as exc:  # an unknown enum value, a non-sequence, a wrong type
         raise _NotCompactError from exc
-    if not set(map(type, ints)) <= {int} or not set(map(type, floats)) <= {float}:
+    if not set(map(type, wide)) <= {int} or not set(map(type, floats)) <= {float}:
         raise _NotCompactError
-    if len(ints) > _MAX_COUNT or len(floats) > _MAX_COUNT:
-        raise _NotCompactError
-    if not all(type(value) is str and len(value) == 64 for value in digests):
+    if not set(map(type, digests)) <= {str} or any(len(value) != 64 for value in digests):
         raise _NotCompactError
     joined = "".join(digests)
     try:
@@ -263,34 +287,43 @@ def _encode_compact(
         raise _NotCompactError from exc
     if digest_bytes.hex() != joined:  # uppercase hex would come back lowercase
         raise _NotCompactError
-    low, high = (min(ints), max(ints)) if ints else (0, 0)
-    int_code = 3 if low < 0 else next((c for c, limit in enumerate(_INT_LIMITS) if high <= limit), 3)
+    small_code, wide_code = _code(small), _code(wide)
     try:
-        int_array = array(_INT_CODES[int_code], ints)
+        small_array = array(_INT_CODES[small_code], small)
+        wide_array = array(_INT_CODES[wide_code], wide)
     except OverflowError as exc:  # beyond int64
         raise _NotCompactError from exc
     float_array = array("d", floats)
-    float_code = 0
+    narrow = 0
     try:
-        narrow = array("f", floats)
-        if array("d", narrow) == float_array:
-            float_array, float_code = narrow, 1
+        as_float32 = array("f", floats)
+        if array("d", as_float32) == float_array:
+            float_array, narrow = as_float32, 1
     except OverflowError:
         pass
-    header = bytes((COMPACT, int_code, float_code)) + len(ints).to_bytes(2, "little")
-    header += len(floats).to_bytes(2, "little")
-    return header + int_array.tobytes() + float_array.tobytes() + digest_bytes
+    header = bytes((COMPACT, small_code | wide_code << 2 | narrow << 4))
+    return b"".join(
+        (header, small_array.tobytes(), wide_array.tobytes(), float_array.tobytes(), digest_bytes)
+    )
 
 
-def decode_round(body: bytes, request_id: str, round_id: str, commit_digest: str) -> list[dict[str, Any]]:
+def decode_round(
+    body: bytes,
+    request_id: str,
+    round_id: str,
+    generation: int,
+    commit_digest: str,
+    previous_processor: str | None = None,
+) -> list[dict[str, Any]]:
     """The five events of a round as canonical JSON objects (what ``load(canonical_bytes(event))`` gives).
 
-    Raises :class:`~specround.errors.LogIntegrityError` for a body that cannot be read.
+    ``previous_processor`` is the previous round's ``processor_after`` (needed when the body refers to
+    it). Raises :class:`~specround.errors.LogIntegrityError` for a body that cannot be read.
     """
     try:
         form = body[0]
         if form == COMPACT:
-            return _decode_compact(body, request_id, round_id, commit_digest)
+            return _decode_compact(body, request_id, round_id, generation, commit_digest, previous_processor)
         if form == RAW:
             return _decode_raw(body)
     except (IndexError, ValueError, TypeError, KeyError) as exc:
@@ -322,90 +355,105 @@ def _decode_raw(body: bytes) -> list[dict[str, Any]]:
     return [load(payload) for payload in payloads]
 
 
-def _decode_compact(body: bytes, request_id: str, round_id: str, commit_digest: str) -> list[dict[str, Any]]:
-    int_code, float_code = body[1], body[2]
-    n_ints = body[3] | (body[4] << 8)
-    n_floats = body[5] | (body[6] << 8)
-    ints_type = array(_INT_CODES[int_code])
-    floats_type = array(_FLOAT_CODES[float_code])
-    at = 7
-    end = at + n_ints * ints_type.itemsize
-    ints_type.frombytes(body[at:end])
-    at, end = end, end + n_floats * floats_type.itemsize
-    floats_type.frombytes(body[at:end])
-    blob = body[end:]
-    if len(blob) % 32:
-        raise ValueError("digest bytes are not a whole number of digests")
-    i = ints_type.tolist()
-    f = floats_type.tolist()
-    hexes = blob.hex()
-    d = 0  # next digest (64 hex characters each)
-    k = 0  # next int
-    x = 0  # next float
-
-    def digest() -> str:
-        nonlocal d
-        value = hexes[d : d + 64]
-        if len(value) != 64:
-            raise ValueError("missing digest bytes")
-        d += 64
-        return value
-
-    coordinate = digest()
-    expected, before, after, n = i[0:4]
-    k = 4
-    drafts = i[k : k + n]
-    k += n
-    nq, q_flag = i[k], i[k + 1]
-    k += 2
-    q_draft = f[x : x + nq]
-    x += nq
-    ready = {
-        "kind": "round_ready",
-        "schema_version": _SCHEMA_VERSION,
-        "request_id": request_id,
-        "round_id": round_id,
-        "expected_generation": expected,
-        "coordinate_digest": coordinate,
-        "draft_ids": drafts,
-        "q_draft": q_draft,
-        "proposal_before": before,
-        "proposal_after": after,
-        "q_rows_digest": digest() if q_flag else None,
-    }
-    verify_rows, np_, p_flag = i[k : k + 3]
-    k += 3
-    p_draft = f[x : x + np_]
-    x += np_
-    verified = {
-        "kind": "round_verified",
-        "schema_version": _SCHEMA_VERSION,
-        "request_id": request_id,
-        "round_id": round_id,
-        "p_draft": p_draft,
-        "verify_rows": verify_rows,
-        "p_rows_digest": digest() if p_flag else None,
-    }
+def _decode_compact(
+    body: bytes,
+    request_id: str,
+    round_id: str,
+    generation: int,
+    commit_digest: str,
+    previous_processor: str | None,
+) -> list[dict[str, Any]]:
+    codes = body[1]
+    small_array = array(_INT_CODES[codes & 3])
+    end = 2 + SMALL_FIELDS * small_array.itemsize
+    small_array.frombytes(body[2:end])
     (
+        expected_delta,
+        before_delta,
+        after_delta,
+        n_drafts,
+        n_q,
+        q_flag,
+        verify_rows,
+        n_p,
+        p_flag,
         accepted,
         terminal,
-        accept_counter,
+        counter_delta,
         accept_draws,
-        terminal_counter,
+        terminal_delta,
         terminal_draws,
         row,
         degenerate,
         finished,
         reason,
         mask,
-        nu,
-        ne,
-    ) = i[k : k + 13]
-    k += 13
-    emitted = i[k : k + ne]
-    k += ne
-    uniforms = f[x : x + nu]
-    x += nu
+        n_u,
+        n_e,
+        n_c,
+        n_d,
+        moved0,
+        moved1,
+        moved2,
+        generation_delta,
+        t_flag,
+        reference,
+    ) = small_array.tolist()
+    wide_array = array(_INT_CODES[codes >> 2 & 3])
+    start, end = end, end + (3 + n_drafts + n_e + n_c + n_d) * wide_array.itemsize
+    wide_array.frombytes(body[start:end])
+    n_optional = bin(mask).count("1")
+    float_array = array("f" if codes & 16 else "d")
+    start, end = end, end + (n_q + n_p + n_u + n_optional + 4 * t_flag) * float_array.itemsize
+    float_array.frombytes(body[start:end])
+    hexes = body[end:].hex()
+    n_digests = 3 + q_flag + p_flag + (0 if reference else 1)
+    if len(hexes) != 64 * n_digests or codes > 31:
+        raise ValueError("the stored round's digests do not match its flags")
+    if reference and previous_processor is None:
+        raise ValueError("the round refers to a previous round's processor digest that is not there")
+    w = wide_array.tolist()
+    f = float_array.tolist()
+    rng_before = w[0:3]
+    at = 3
+    drafts = w[at : at + n_drafts]
+    at += n_drafts
+    emitted = w[at : at + n_e]
+    at += n_e
+    committed = w[at : at + n_c]
+    at += n_c
+    discarded = w[at : at + n_d]
+    rng_after = [rng_before[0] + moved0, rng_before[1] + moved1, rng_before[2] + moved2]
+    d = 64
+    ready = {
+        "kind": "round_ready",
+        "schema_version": _SCHEMA_VERSION,
+        "request_id": request_id,
+        "round_id": round_id,
+        "expected_generation": generation - 1 - expected_delta,
+        "coordinate_digest": hexes[0:64],
+        "draft_ids": drafts,
+        "q_draft": f[0:n_q],
+        "proposal_before": rng_before[0] + before_delta,
+        "proposal_after": rng_after[0] + after_delta,
+        "q_rows_digest": None,
+    }
+    if q_flag:
+        ready["q_rows_digest"] = hexes[d : d + 64]
+        d += 64
+    x = n_q + n_p
+    verified = {
+        "kind": "round_verified",
+        "schema_version": _SCHEMA_VERSION,
+        "request_id": request_id,
+        "round_id": round_id,
+        "p_draft": f[n_q:x],
+        "verify_rows": verify_rows,
+        "p_rows_digest": None,
+    }
+    if p_flag:
+        verified["p_rows_digest"] = hexes[d : d + 64]
+        d += 64
     decided = {
         "kind": "round_decided",
         "schema_version": _SCHEMA_VERSION,
@@ -414,28 +462,28 @@ def _decode_compact(body: bytes, request_id: str, round_id: str, commit_digest: 
         "accepted": accepted,
         "terminal": _TERMINALS[terminal],
         "emitted_ids": emitted,
-        "accept_counter": accept_counter,
+        "accept_counter": rng_before[1] + counter_delta,
         "accept_draws": accept_draws,
-        "accept_uniforms": uniforms,
-        "terminal_counter": terminal_counter,
+        "accept_uniforms": f[x : x + n_u],
+        "terminal_counter": rng_before[2] + terminal_delta,
         "terminal_draws": terminal_draws,
         "terminal_row": row - 1 if row else None,
         "degenerate_correction": degenerate == 1,
         "finished": finished == 1,
         "finish_reason": _REASONS[reason],
     }
+    x += n_u
     for bit, name in enumerate(_OPTIONAL_FLOATS):
         if mask >> bit & 1:
             decided[name] = f[x]
             x += 1
         else:
             decided[name] = None
-    nc = i[k]
-    committed = i[k + 1 : k + 1 + nc]
-    k += 1 + nc
-    nd = i[k]
-    discarded = i[k + 1 : k + 1 + nd]
-    k += 1 + nd
+    if reference:
+        before = previous_processor
+    else:
+        before = hexes[d : d + 64]
+        d += 64
     staged = {
         "kind": "round_staged",
         "schema_version": _SCHEMA_VERSION,
@@ -443,28 +491,21 @@ def _decode_compact(body: bytes, request_id: str, round_id: str, commit_digest: 
         "round_id": round_id,
         "committed_kv_ids": committed,
         "discarded_kv_ids": discarded,
-        "rng_before": i[k : k + 3],
-        "rng_after": i[k + 3 : k + 6],
-        "processor_before": digest(),
-        "processor_after": digest(),
-        "successor_digest": digest(),
+        "rng_before": rng_before,
+        "rng_after": rng_after,
+        "processor_before": before,
+        "processor_after": hexes[d : d + 64],
+        "successor_digest": hexes[d + 64 : d + 128],
     }
-    k += 6
-    generation, t_flag = i[k], i[k + 1]
-    k += 2
-    timings = None
-    if t_flag:
-        timings = dict(zip(_TIMINGS, f[x : x + 4], strict=True))
-        x += 4
     published = {
         "kind": "round_published",
         "schema_version": _SCHEMA_VERSION,
         "request_id": request_id,
         "round_id": round_id,
-        "generation": generation,
+        "generation": generation - generation_delta,
         "commit_digest": commit_digest,
-        "timings": timings,
+        "timings": dict(zip(_TIMINGS, f[x : x + 4], strict=True)) if t_flag else None,
     }
-    if k != len(i) or x != len(f) or d != len(hexes):
+    if len(f) != x + 4 * t_flag or mask >> len(_OPTIONAL_FLOATS):
         raise ValueError("the stored round has values left over")
     return [ready, verified, decided, staged, published]

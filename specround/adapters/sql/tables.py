@@ -13,7 +13,8 @@ metadata is what the log queries against, and a test checks that it matches what
 ``rounds``
     One row per published round holding all five of its lifecycle events (seqs ``5g - 4 .. 5g`` of
     generation ``g``): the round id, commit digest and time as columns, ``prev_hash`` (the chain link the
-    round extends) and ``hash`` (the link of its ``round_published`` event) as 32 raw bytes, and the
+    round extends, its first :data:`PREV_LINK_BYTES` bytes) and ``hash`` (the link of its ``round_published``
+    event, 32 raw bytes), and the
     events' values in ``body`` (:mod:`specround.adapters.sql.round_body`). The links between the five
     events are recomputed from the rebuilt canonical bytes on reading. Its primary key (request,
     generation) and unique key (request, round id) are the database half of the fence (INV-6): no two
@@ -47,6 +48,7 @@ __all__ = [
     "HASH_LENGTH",
     "ID_LENGTH",
     "KIND_LENGTH",
+    "PREV_LINK_BYTES",
     "events",
     "identifier_type",
     "metadata",
@@ -60,6 +62,9 @@ HASH_LENGTH = 64
 """Hex SHA-256."""
 KIND_LENGTH = 32
 """Longest event kind."""
+PREV_LINK_BYTES = 8
+"""Bytes of the link a stored round extends that its row keeps (the reader resolves them to the full hash
+of the stored round, or ``request_opened`` event, whose hash starts with them)."""
 
 
 def identifier_type() -> TypeEngine[str]:

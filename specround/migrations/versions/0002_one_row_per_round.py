@@ -35,6 +35,8 @@ depends_on: str | Sequence[str] | None = None
 
 _KINDS = ("round_ready", "round_verified", "round_decided", "round_staged", "round_published")
 _BATCH = 500
+_PREV_LINK_BYTES = 8
+"""Bytes of a round's ``prev_hash`` its row keeps (the rest is the hash of the row it extends)."""
 
 
 def _identifier() -> sa.types.TypeEngine[str]:
@@ -101,6 +103,7 @@ def _fold_request(connection: sa.Connection, request_id: str, number: int) -> No
         {"id": request_id},
     ).all()
     previous = opened[0]
+    previous_processor: str | None = None
     batch: list[dict[str, Any]] = []
     for start in range(0, len(rows), len(_KINDS)):
         group = rows[start : start + len(_KINDS)]
@@ -122,11 +125,14 @@ def _fold_request(connection: sa.Connection, request_id: str, number: int) -> No
         if commit is None:
             raise _fail(request_id, group[-1][0], f"no publication of generation {generation}")
         payloads = [row[8].encode("utf-8") for row in group]
-        body = encode_round([load(p) for p in payloads], request_id, round_id, commit, payloads)
+        events = [load(p) for p in payloads]
+        body = encode_round(events, request_id, round_id, generation, commit, payloads, previous_processor)
         if raw_payloads(body) is None:
-            rebuilt = [dumps_trusted(event) for event in decode_round(body, request_id, round_id, commit)]
-            if rebuilt != payloads:
+            decoded = decode_round(body, request_id, round_id, generation, commit, previous_processor)
+            if [dumps_trusted(event) for event in decoded] != payloads:
                 body = encode_raw(payloads)
+        after = events[3].get("processor_after")
+        previous_processor = after if isinstance(after, str) else None
         batch.append(
             {
                 "no": number,
@@ -134,7 +140,7 @@ def _fold_request(connection: sa.Connection, request_id: str, number: int) -> No
                 "rid": round_id,
                 "at": group[-1][7],
                 "commit": bytes.fromhex(commit),
-                "prev": bytes.fromhex(group[0][5]),
+                "prev": bytes.fromhex(group[0][5])[:_PREV_LINK_BYTES],
                 "hash": bytes.fromhex(group[-1][6]),
                 "body": body,
             }
@@ -190,13 +196,22 @@ def downgrade() -> None:
         ).all()
         events: list[dict[str, Any]] = []
         publications: list[dict[str, Any]] = []
+        opened = connection.execute(
+            sa.text("SELECT hash FROM events WHERE request_id = :id AND seq = 0"), {"id": request_id}
+        ).scalar_one()
+        finals = [opened, *(bytes(row[5]).hex() for row in rounds)]
+        links = {bytes.fromhex(full)[:_PREV_LINK_BYTES]: full for full in finals}
+        previous_processor: str | None = None
         for generation, round_id, at, commit_raw, prev_raw, hash_raw, body in rounds:
             commit = bytes(commit_raw).hex()
             body = bytes(body)
             payloads = raw_payloads(body)
             if payloads is None:
-                payloads = [dumps_trusted(e) for e in decode_round(body, request_id, round_id, commit)]
-            link = bytes(prev_raw).hex()
+                decoded = decode_round(body, request_id, round_id, generation, commit, previous_processor)
+                payloads = [dumps_trusted(e) for e in decoded]
+            after = load(payloads[3]).get("processor_after")
+            previous_processor = after if isinstance(after, str) else None
+            link = links.get(bytes(prev_raw), bytes(prev_raw).hex())
             staged = load(payloads[3])
             for offset, payload in enumerate(payloads):
                 seq = (generation - 1) * len(_KINDS) + 1 + offset
