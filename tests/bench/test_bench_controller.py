@@ -36,6 +36,9 @@ def _check(report: ControllerBenchReport, backends: set[str], sizes: tuple[int, 
     for replay in report.replay:
         assert replay.events > replay.requests >= largest
         assert replay.stream_events_per_s > 0 and replay.replay_events_per_s > 0
+        assert replay.audit_events_per_s > 0
+        assert replay.rounds == (replay.events - replay.requests) // 5
+        assert replay.bytes_per_round > 0
 
 
 def test_controller_bench_on_memory_and_sqlite() -> None:

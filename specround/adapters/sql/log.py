@@ -579,15 +579,18 @@ def _merge(events: Iterator[Any], rounds: Iterator[Any]) -> Iterator[StoredEvent
     pending = next(rounds, None)
     for request_id, seq, kind, round_id, generation, version, prev, link, at, text in events:
         while pending is not None and pending[0] < request_id:
-            pending = yield from _request_rounds(pending, rounds, None)
+            expanded, pending = _request_rounds(pending, rounds, None)
+            yield from expanded
         data = text.encode("utf-8")  # the exact bytes the chain hashed
         yield StoredEvent(
             request_id, seq, kind, round_id, generation, version, loads(data), prev, link, at, data
         )
         if pending is not None and pending[0] == request_id:
-            pending = yield from _request_rounds(pending, rounds, link if seq == 0 else None)
+            expanded, pending = _request_rounds(pending, rounds, link if seq == 0 else None)
+            yield from expanded
     while pending is not None:
-        pending = yield from _request_rounds(pending, rounds, None)
+        expanded, pending = _request_rounds(pending, rounds, None)
+        yield from expanded
 
 
 _KINDS = ROUND_EVENT_KINDS
@@ -598,8 +601,8 @@ _UNRESOLVED = "-" * (64 - 2 * PREV_LINK_BYTES)
 
 def _request_rounds(
     first: Any, rounds: Iterator[Any], opened_hash: str | None
-) -> Generator[StoredEvent, None, Any]:
-    """Yield the events of every round row of ``first``'s request; return the next request's first row.
+) -> tuple[list[StoredEvent], Any]:
+    """The events of every round row of ``first``'s request, and the next request's first row.
 
     The request's rows are read first (memory bounded by one request), so that each row's stored link
     prefix resolves to the full hash of the row it extends wherever that row is stored.
@@ -610,20 +613,24 @@ def _request_rounds(
     while pending is not None and pending[0] == request_id:
         rows.append(pending)
         pending = next(rounds, None)
-    finals = {bytes(row[6]).hex(): None for row in rows}
+    finals = [bytes(row[6]) for row in rows]
+    links = {final[:PREV_LINK_BYTES]: final.hex() for final in finals}
     if opened_hash is not None:
-        finals[opened_hash] = None
-    links = {bytes.fromhex(full)[:PREV_LINK_BYTES]: full for full in finals}
+        links.setdefault(bytes.fromhex(opened_hash)[:PREV_LINK_BYTES], opened_hash)
+    out: list[StoredEvent] = []
     previous_processor: str | None = None
     for row in rows:
-        previous_processor = yield from _round_events(row, links, previous_processor)
-    return pending
+        previous_processor = _round_events(row, links, previous_processor, out)
+    return out, pending
 
 
 def _round_events(
-    row: Any, links: dict[bytes, str], previous_processor: str | None
-) -> Generator[StoredEvent, None, str | None]:
-    """The five events of one ``rounds`` row (see the module docstring); returns its processor_after."""
+    row: Any, links: dict[bytes, str], previous_processor: str | None, out: list[StoredEvent]
+) -> str | None:
+    """Append the five events of one ``rounds`` row to ``out`` (see the module docstring).
+
+    Returns the round's ``processor_after`` (what the next round's body may refer to).
+    """
     request_id, generation, round_id, at, commit, prev, last, body = row
     generation = int(generation)
     body = bytes(body)
@@ -645,22 +652,25 @@ def _round_events(
     prefix = bytes(prev)
     link = links.get(prefix) or prefix.hex() + _UNRESOLVED
     final = bytes(last).hex()
+    append, sha256 = out.append, _sha256
     for index in range(5):
         payload = payloads[index]
         version = payload.get("schema_version", 1)
-        following = final if index == 4 else _sha256(link.encode("ascii") + data[index]).hexdigest()
-        yield StoredEvent(
-            request_id,
-            seq + index,
-            _KINDS[index],
-            round_id,
-            generation,
-            version if type(version) is int else 1,
-            payload,
-            link,
-            following,
-            at,
-            data[index],
+        following = final if index == 4 else sha256(link.encode("ascii") + data[index]).hexdigest()
+        append(
+            StoredEvent(
+                request_id,
+                seq + index,
+                _KINDS[index],
+                round_id,
+                generation,
+                version if type(version) is int else 1,
+                payload,
+                link,
+                following,
+                at,
+                data[index],
+            )
         )
         link = following
     return processor_after if isinstance(processor_after, str) else None
