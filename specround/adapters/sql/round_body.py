@@ -11,15 +11,16 @@ Layout (little-endian). Byte 0 is the form:
 
 ``COMPACT`` (1)
     byte 1 packs the type codes of the arrays that follow (bits 0-1: the small-integer array, bits 2-3:
-    the wide-integer array, ``B``/``H``/``I``/``q`` for codes 0-3; bit 4: floats stored as float32, used
-    only when every float is exactly a float32, float64 otherwise). Then the small-integer array (always
-    :data:`SMALL_FIELDS` entries: list lengths, flags, enum codes, draw counts and the fields that follow
-    from others as differences, e.g. ``expected_generation`` against the row's generation and the RNG
-    counters against ``rng_before``), the wide-integer array (``rng_before`` and the token-id lists), the
-    float array and the raw 32-byte values of the digests, each in event order. ``processor_before`` is
-    left out when it equals the previous round's ``processor_after`` (flagged; the reader passes that
-    digest in). The event kinds, the request and round ids, the schema version and the commit digest are
-    implied by the row.
+    the wide-integer array, ``B``/``H``/``I``/``q`` for codes 0-3; bits 4 and 5: the two float arrays
+    stored as float32, used only when every float of the array is exactly a float32, float64 otherwise).
+    Then the small-integer array (always :data:`SMALL_FIELDS` entries: list lengths, flags, enum codes,
+    draw counts and the fields that follow from others as differences, e.g. ``expected_generation``
+    against the row's generation and the RNG counters against ``rng_before``), the wide-integer array
+    (``rng_before`` and the token-id lists), the two float arrays (the rows' probabilities ``q_draft``,
+    ``p_draft``, ``terminal_p`` and ``terminal_q``; then the uniforms, the draw brackets and the timings) and
+    the raw 32-byte values of the digests, each in event order. ``processor_before`` is left out when it
+    equals the previous round's ``processor_after`` (flagged; the reader passes that digest in). The event
+    kinds, the request and round ids, the schema version and the commit digest are implied by the row.
 ``RAW`` (2)
     the five canonical JSON texts, each preceded by its ``uint32`` length (for events whose shape the
     compact form does not cover, e.g. an older schema version or a value outside its types).
@@ -56,6 +57,8 @@ _OPTIONAL_FLOATS = (
     "terminal_p",
     "terminal_q",
 )
+_FIRST_MASS = 4
+"""Optional floats from this index on are probabilities of the rows (float32 when the rows were)."""
 _TIMINGS = ("draft_s", "queue_s", "state_s", "verify_s")
 _TIMING_KEYS = frozenset(_TIMINGS)
 _ENVELOPE = ("kind", "request_id", "round_id", "schema_version")
@@ -216,12 +219,13 @@ def _encode_compact(
         if set(map(type, scalars)) != {int}:
             raise _NotCompactError
         mask = 0
-        optional = []
+        drawn: list[Any] = []
+        masses: list[Any] = []
         for bit, name in enumerate(_OPTIONAL_FLOATS):
             value = decided[name]
             if value is not None:
                 mask |= 1 << bit
-                optional.append(value)
+                (masses if bit >= _FIRST_MASS else drawn).append(value)
         before = staged["processor_before"]
         reference = previous_processor is not None and before == previous_processor
         timings = published["timings"]
@@ -258,12 +262,13 @@ def _encode_compact(
             1 if reference else 0,
         ]
         wide = [*rng_before, *drafts, *emitted, *committed, *discarded]
-        floats = [*q_draft, *p_draft, *uniforms, *optional]
+        probabilities = [*q_draft, *p_draft, *masses]
+        others = [*uniforms, *drawn]
         if timings is not None:
             values = timings if isinstance(timings, dict) else timings.__dict__
             if values.keys() != _TIMING_KEYS:
                 raise _NotCompactError
-            floats += [values[name] for name in _TIMINGS]
+            others += [values[name] for name in _TIMINGS]
         digests = [ready["coordinate_digest"]]
         if q_rows is not None:
             digests.append(q_rows)
@@ -276,7 +281,7 @@ def _encode_compact(
             raise _NotCompactError
     except (KeyError, TypeError) as exc:  # an unknown enum value, a non-sequence, a wrong type
         raise _NotCompactError from exc
-    if not set(map(type, wide)) <= {int} or not set(map(type, floats)) <= {float}:
+    if not set(map(type, wide)) <= {int} or not set(map(type, probabilities + others)) <= {float}:
         raise _NotCompactError
     if not set(map(type, digests)) <= {str} or any(len(value) != 64 for value in digests):
         raise _NotCompactError
@@ -293,18 +298,22 @@ def _encode_compact(
         wide_array = array(_INT_CODES[wide_code], wide)
     except OverflowError as exc:  # beyond int64
         raise _NotCompactError from exc
-    float_array = array("d", floats)
-    narrow = 0
+    first, first_narrow = _floats(probabilities)
+    second, second_narrow = _floats(others)
+    header = bytes((COMPACT, small_code | wide_code << 2 | first_narrow << 4 | second_narrow << 5))
+    return b"".join((header, small_array.tobytes(), wide_array.tobytes(), first, second, digest_bytes))
+
+
+def _floats(values: list[float]) -> tuple[bytes, int]:
+    """The bytes of a float array, and 1 when they are float32 (every value exactly a float32)."""
+    wide = array("d", values)
     try:
-        as_float32 = array("f", floats)
-        if array("d", as_float32) == float_array:
-            float_array, narrow = as_float32, 1
+        narrow = array("f", values)
     except OverflowError:
-        pass
-    header = bytes((COMPACT, small_code | wide_code << 2 | narrow << 4))
-    return b"".join(
-        (header, small_array.tobytes(), wide_array.tobytes(), float_array.tobytes(), digest_bytes)
-    )
+        return wide.tobytes(), 0
+    if array("d", narrow) == wide:
+        return narrow.tobytes(), 1
+    return wide.tobytes(), 0
 
 
 def decode_round(
@@ -402,18 +411,23 @@ def _decode_compact(
     wide_array = array(_INT_CODES[codes >> 2 & 3])
     start, end = end, end + (3 + n_drafts + n_e + n_c + n_d) * wide_array.itemsize
     wide_array.frombytes(body[start:end])
-    n_optional = bin(mask).count("1")
-    float_array = array("f" if codes & 16 else "d")
-    start, end = end, end + (n_q + n_p + n_u + n_optional + 4 * t_flag) * float_array.itemsize
-    float_array.frombytes(body[start:end])
+    n_masses = bin(mask >> _FIRST_MASS).count("1")
+    n_drawn = bin(mask & ((1 << _FIRST_MASS) - 1)).count("1")
+    first = array("f" if codes & 16 else "d")
+    start, end = end, end + (n_q + n_p + n_masses) * first.itemsize
+    first.frombytes(body[start:end])
+    second = array("f" if codes & 32 else "d")
+    start, end = end, end + (n_u + n_drawn + 4 * t_flag) * second.itemsize
+    second.frombytes(body[start:end])
     hexes = body[end:].hex()
     n_digests = 3 + q_flag + p_flag + (0 if reference else 1)
-    if len(hexes) != 64 * n_digests or codes > 31:
+    if len(hexes) != 64 * n_digests or codes > 63:
         raise ValueError("the stored round's digests do not match its flags")
     if reference and previous_processor is None:
         raise ValueError("the round refers to a previous round's processor digest that is not there")
     w = wide_array.tolist()
-    f = float_array.tolist()
+    p = first.tolist()
+    f = second.tolist()
     rng_before = w[0:3]
     at = 3
     drafts = w[at : at + n_drafts]
@@ -433,7 +447,7 @@ def _decode_compact(
         "expected_generation": generation - 1 - expected_delta,
         "coordinate_digest": hexes[0:64],
         "draft_ids": drafts,
-        "q_draft": f[0:n_q],
+        "q_draft": p[0:n_q],
         "proposal_before": rng_before[0] + before_delta,
         "proposal_after": rng_after[0] + after_delta,
         "q_rows_digest": None,
@@ -441,13 +455,13 @@ def _decode_compact(
     if q_flag:
         ready["q_rows_digest"] = hexes[d : d + 64]
         d += 64
-    x = n_q + n_p
+    y = n_q + n_p
     verified = {
         "kind": "round_verified",
         "schema_version": _SCHEMA_VERSION,
         "request_id": request_id,
         "round_id": round_id,
-        "p_draft": f[n_q:x],
+        "p_draft": p[n_q:y],
         "verify_rows": verify_rows,
         "p_rows_digest": None,
     }
@@ -464,7 +478,7 @@ def _decode_compact(
         "emitted_ids": emitted,
         "accept_counter": rng_before[1] + counter_delta,
         "accept_draws": accept_draws,
-        "accept_uniforms": f[x : x + n_u],
+        "accept_uniforms": f[0:n_u],
         "terminal_counter": rng_before[2] + terminal_delta,
         "terminal_draws": terminal_draws,
         "terminal_row": row - 1 if row else None,
@@ -472,13 +486,16 @@ def _decode_compact(
         "finished": finished == 1,
         "finish_reason": _REASONS[reason],
     }
-    x += n_u
+    x = n_u
     for bit, name in enumerate(_OPTIONAL_FLOATS):
-        if mask >> bit & 1:
+        if not mask >> bit & 1:
+            decided[name] = None
+        elif bit >= _FIRST_MASS:
+            decided[name] = p[y]
+            y += 1
+        else:
             decided[name] = f[x]
             x += 1
-        else:
-            decided[name] = None
     if reference:
         before = previous_processor
     else:
@@ -506,6 +523,6 @@ def _decode_compact(
         "commit_digest": commit_digest,
         "timings": dict(zip(_TIMINGS, f[x : x + 4], strict=True)) if t_flag else None,
     }
-    if len(f) != x + 4 * t_flag or mask >> len(_OPTIONAL_FLOATS):
+    if len(f) != x + 4 * t_flag or len(p) != y or mask >> len(_OPTIONAL_FLOATS):
         raise ValueError("the stored round has values left over")
     return [ready, verified, decided, staged, published]
