@@ -9,14 +9,16 @@
 * **Publishing** is one transaction per call (group commit) and takes the whole step's rounds. Canonical
   bytes and each round's stored body (:mod:`specround.adapters.sql.round_body`) are computed before it
   starts. The transaction reads the heads of the batch's requests (``FOR UPDATE`` in request-id order on
-  PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already holds the write lock), looks up the batch's round ids,
+  PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already holds the write lock), looks up the round ids of the
+  publications that do not extend their head (retries and losers: only they can name a published round),
   decides every publication with the shared fence :func:`~specround.adapters.fence.plan_publish`, appends
   one ``rounds`` row per winner with a single ``executemany`` (its five events in one row), and moves each
   winner's head with a compare-and-swap ``UPDATE ... WHERE generation = expected`` whose row count is
-  checked: three statements per step whatever the batch size. The unique keys of ``rounds`` back the fence
-  up; if one fires anyway (a concurrent writer the locks did not cover),
-  or PostgreSQL reports a deadlock or serialization failure, the whole call is retried from the top, so
-  the loser is decided by the fence on the next attempt instead of aborting the others.
+  checked: three statements per step in the common case, whatever the batch size. The unique keys of
+  ``rounds`` back the fence up; if one fires anyway (a round id published at an earlier generation, or a
+  concurrent writer the locks did not cover), or PostgreSQL reports a deadlock or serialization failure,
+  the whole call is retried from the top with every round id looked up, so the loser is decided by the
+  fence on the next attempt instead of aborting the others.
   The statements run on the connection's DBAPI cursor with positional tuples (no statement compilation or
   result processing); the engine's cursor events still fire for each of them.
 * **Reading** streams: :meth:`SqlEventLog.events` runs two ordered queries (the ``request_opened`` events,
@@ -364,11 +366,19 @@ class SqlEventLog:
         request_ids = sorted({p.publication.request_id for p in prepared})
         pairs = sorted({(p.publication.request_id, p.publication.round_id) for p in prepared})
 
+        runs = 0
+
         def attempt(connection: Connection) -> list[PublishOutcome]:
+            nonlocal runs
+            runs += 1
             cursor = _Cursor(connection)
             try:
                 heads, numbers = self._read_heads(cursor, request_ids)
-                known = self._read_rounds(cursor, pairs, numbers)
+                # A round id can only be published already if its publication is not at the head (a retry
+                # or a loser); the first run looks those up only, and a round id published at an earlier
+                # generation trips the unique key instead, which reruns the call with every one looked up.
+                wanted = pairs if runs > 1 else _behind(prepared, heads)
+                known = self._read_rounds(cursor, wanted, numbers)
                 plan = plan_publish(prepared, heads, known)
                 if plan.appended:
                     now = time.time()
@@ -565,6 +575,17 @@ class SqlEventLog:
                 finally:
                     events.close()
                     rounds.close()
+
+
+def _behind(prepared: Sequence[PreparedRound], heads: dict[str, Head]) -> list[tuple[str, str]]:
+    """The (request, round id) pairs whose publication does not extend its request's head."""
+    pairs = set()
+    for item in prepared:
+        pub = item.publication
+        head = heads.get(pub.request_id)
+        if head is not None and head.generation != pub.expected_generation:
+            pairs.add((pub.request_id, pub.round_id))
+    return sorted(pairs)
 
 
 def _rows(cursor: Any) -> Iterator[Any]:
