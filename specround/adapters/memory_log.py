@@ -28,7 +28,9 @@ EventLog contract suite runs the same tests against this log and the SQL one:
      envelope generation ``expected_generation + 1``; the head moves to that generation, the last event's
      seq and hash, the publication's successor digest and finished flag -> ``PUBLISHED``.
 
-  The whole call is atomic: canonical bytes and hashes are computed before anything is stored.
+  The whole call is atomic: canonical bytes and hashes are computed before anything is stored. The fence
+  (points 1-4) is :func:`specround.adapters.fence.plan_publish`, the same function the SQL log runs inside
+  its transaction.
 * ``events`` yields in (request, seq) order from a snapshot taken at the call; payloads are fresh dicts
   decoded from the stored canonical bytes, so a caller cannot alter the log through them.
 * After ``close`` every call raises :class:`~specround.errors.LogUnavailableError`.
