@@ -28,7 +28,9 @@ EventLog contract suite runs the same tests against this log and the SQL one:
      envelope generation ``expected_generation + 1``; the head moves to that generation, the last event's
      seq and hash, the publication's successor digest and finished flag -> ``PUBLISHED``.
 
-  The whole call is atomic: canonical bytes and hashes are computed before anything is stored.
+  The whole call is atomic: canonical bytes and hashes are computed before anything is stored. The fence
+  (points 1-4) is :func:`specround.adapters.fence.plan_publish`, the same function the SQL log runs inside
+  its transaction.
 * ``events`` yields in (request, seq) order from a snapshot taken at the call; payloads are fresh dicts
   decoded from the stored canonical bytes, so a caller cannot alter the log through them.
 * After ``close`` every call raises :class:`~specround.errors.LogUnavailableError`.
@@ -43,17 +45,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from specround.adapters.fence import Head, PublishedRound, plan_publish, prepare_round
 from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash, load
-from specround.errors import InvalidRequestError, LogUnavailableError, RequestFinishedError
-from specround.statemachine.events import RequestOpened
-from specround.statemachine.ports import (
-    LogHead,
-    PublishOutcome,
-    PublishStatus,
-    RoundPublication,
-    StoredEvent,
-)
-from specround.statemachine.records import record_bytes
+from specround.errors import InvalidRequestError, LogUnavailableError
+from specround.statemachine.events import ROUND_EVENT_KINDS, RequestOpened
+from specround.statemachine.ports import LogHead, PublishOutcome, RoundPublication, StoredEvent
 
 __all__ = ["MemoryEventLog"]
 
@@ -81,8 +77,8 @@ class _RequestLog:
     head: LogHead
     opened_digest: str
     """The state digest given to ``open_request`` (the generation-0 state)."""
-    rounds: dict[str, tuple[str, int]] = field(default_factory=dict)
-    """round id -> (commit digest, published generation)."""
+    rounds: dict[str, PublishedRound] = field(default_factory=dict)
+    """round id -> its published generation and commit digest."""
 
 
 class MemoryEventLog:
@@ -138,88 +134,57 @@ class MemoryEventLog:
 
     def publish(self, publications: Sequence[RoundPublication]) -> list[PublishOutcome]:
         """Group-commit rounds atomically, fencing each request on its own generation (see module doc)."""
-        for publication in publications:
-            _check_publication(publication)
-        encoded = [
-            [(event, record_bytes(event)) for event in publication.events()] for publication in publications
-        ]
+        prepared = [prepare_round(publication) for publication in publications]
         with self._lock:
             self._require_open()
-            for publication in publications:
-                if publication.request_id not in self._requests:
-                    raise InvalidRequestError(f"publish for unknown request {publication.request_id!r}")
-            outcomes: list[PublishOutcome] = []
+            heads: dict[str, Head] = {}
+            known: dict[tuple[str, str], PublishedRound] = {}
+            for item in prepared:
+                pub = item.publication
+                entry = self._requests.get(pub.request_id)
+                if entry is None:
+                    raise InvalidRequestError(f"publish for unknown request {pub.request_id!r}")
+                current = entry.head
+                heads[pub.request_id] = Head(current.generation, current.seq, current.hash, current.finished)
+                earlier = entry.rounds.get(pub.round_id)
+                if earlier is not None:
+                    known[(pub.request_id, pub.round_id)] = earlier
+            # The fence decides everything before anything is stored (the call is atomic).
+            plan = plan_publish(prepared, heads, known)
             now = self._clock()
-            # Fence and stage against working copies first; commit them all at the end (atomicity).
-            staged: dict[str, tuple[list[_StoredRow], LogHead, dict[str, tuple[str, int]]]] = {}
-            for publication, events in zip(publications, encoded, strict=True):
-                request_id = publication.request_id
-                if request_id not in staged:
-                    current = self._requests[request_id]
-                    staged[request_id] = ([], current.head, {})
-                new_rows, head, new_rounds = staged[request_id]
-                known = new_rounds.get(publication.round_id) or self._requests[request_id].rounds.get(
-                    publication.round_id
-                )
-                if known is not None:
-                    commit_digest, published_generation = known
-                    if commit_digest == publication.commit_digest:
-                        status, generation = PublishStatus.ALREADY_PUBLISHED, published_generation
-                    else:
-                        status, generation = PublishStatus.DUPLICATE_ROUND, head.generation
-                elif head.generation != publication.expected_generation:
-                    status, generation = PublishStatus.STALE_GENERATION, head.generation
-                elif head.finished:
-                    raise RequestFinishedError(
-                        f"request {request_id!r} finished at generation {head.generation}; round "
-                        f"{publication.round_id!r} cannot extend it"
-                    )
-                else:
-                    generation = publication.expected_generation + 1
-                    prev_hash, seq = head.hash, head.seq
-                    for event, payload in events:
-                        seq += 1
-                        event_hash = chain_hash(prev_hash, payload)
-                        new_rows.append(
-                            _StoredRow(
-                                seq=seq,
-                                kind=event.kind,
-                                round_id=publication.round_id,
-                                generation=generation,
-                                schema_version=event.schema_version,
-                                payload=payload,
-                                prev_hash=prev_hash,
-                                hash=event_hash,
-                                recorded_at=now,
-                            )
+            for appended in plan.appended:
+                pub = appended.prepared.publication
+                entry = self._requests[pub.request_id]
+                prev_hash, seq = appended.prev_hash, appended.first_seq
+                for kind, event, payload, link in zip(
+                    ROUND_EVENT_KINDS, pub.events(), appended.prepared.payloads, appended.hashes, strict=True
+                ):
+                    entry.rows.append(
+                        _StoredRow(
+                            seq=seq,
+                            kind=kind,
+                            round_id=pub.round_id,
+                            generation=appended.generation,
+                            schema_version=event.schema_version,
+                            payload=payload,
+                            prev_hash=prev_hash,
+                            hash=link,
+                            recorded_at=now,
                         )
-                        prev_hash = event_hash
-                    new_rounds[publication.round_id] = (publication.commit_digest, generation)
-                    head = LogHead(
-                        request_id=request_id,
-                        generation=generation,
-                        seq=seq,
-                        hash=prev_hash,
-                        state_digest=publication.successor_digest,
-                        finished=publication.finished,
                     )
-                    staged[request_id] = (new_rows, head, new_rounds)
-                    status = PublishStatus.PUBLISHED
-                outcomes.append(
-                    PublishOutcome(
-                        request_id=request_id,
-                        round_id=publication.round_id,
-                        status=status,
-                        generation=generation,
-                    )
+                    prev_hash, seq = link, seq + 1
+                entry.rounds[pub.round_id] = PublishedRound(appended.generation, pub.commit_digest)
+            for update in plan.head_updates:
+                moved = update.head
+                self._requests[update.request_id].head = LogHead(
+                    request_id=update.request_id,
+                    generation=moved.generation,
+                    seq=moved.seq,
+                    hash=moved.hash,
+                    state_digest=update.state_digest,
+                    finished=moved.finished,
                 )
-            for request_id, (new_rows, head, new_rounds) in staged.items():
-                if new_rows:
-                    target = self._requests[request_id]
-                    target.rows.extend(new_rows)
-                    target.rounds.update(new_rounds)
-                    target.head = head
-            return outcomes
+            return plan.outcomes
 
     # --- reading ----------------------------------------------------------------------------------------
 
@@ -276,31 +241,3 @@ def _stream(snapshot: list[tuple[str, list[_StoredRow]]]) -> Iterator[StoredEven
                 hash=row.hash,
                 recorded_at=row.recorded_at,
             )
-
-
-def _check_publication(publication: RoundPublication) -> None:
-    """Refuse a publication whose parts disagree with each other (before anything is appended)."""
-    request_id, round_id = publication.request_id, publication.round_id
-    for event in publication.events():
-        if event.request_id != request_id or event.round_id != round_id:
-            raise InvalidRequestError(
-                f"publication {request_id!r}/{round_id!r} holds a {event.kind} event of "
-                f"{event.request_id!r}/{event.round_id!r}"
-            )
-    expected = publication.expected_generation
-    if publication.ready.expected_generation != expected:
-        raise InvalidRequestError(
-            f"publication {request_id!r}/{round_id!r}: round_ready expects generation "
-            f"{publication.ready.expected_generation}, the publication {expected}"
-        )
-    if publication.published.generation != expected + 1:
-        raise InvalidRequestError(
-            f"publication {request_id!r}/{round_id!r}: round_published names generation "
-            f"{publication.published.generation}, expected {expected + 1}"
-        )
-    if publication.published.commit_digest != publication.commit_digest:
-        raise InvalidRequestError(f"publication {request_id!r}/{round_id!r}: commit digests disagree")
-    if publication.staged.successor_digest != publication.successor_digest:
-        raise InvalidRequestError(f"publication {request_id!r}/{round_id!r}: successor digests disagree")
-    if publication.decided.finished != publication.finished:
-        raise InvalidRequestError(f"publication {request_id!r}/{round_id!r}: finished flags disagree")

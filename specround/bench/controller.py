@@ -33,7 +33,10 @@ says which way it ran (``gc_frozen``).
 
 Replay is measured on each SQL log the cases wrote: ``stream_events_per_s`` iterates
 :meth:`~specround.statemachine.ports.EventLog.events` only; ``replay_events_per_s`` rebuilds every request
-with :func:`~specround.statemachine.replay.replay_log` (hash links recomputed from the canonical payloads).
+with :func:`~specround.statemachine.replay.replay_log` (hash links recomputed from the canonical payloads);
+``audit_events_per_s`` runs :func:`~specround.audit.audit_log` (chains, replay, every decision re-derived).
+``bytes_per_round`` is the log's size on disk (the SQLite file after a WAL checkpoint; PostgreSQL's
+tables with their indexes) over the rounds it holds.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ __all__ = [
     "CONTROLLER_TARGET_US",
     "CRITICAL_TARGET_US",
     "DURABLE_TARGET_US",
+    "POSTGRES_REPLAY_TARGET_EVENTS_PER_S",
     "REPLAY_TARGET_EVENTS_PER_S",
     "SINGLE_STEP_TARGET_US",
     "ControllerBenchCase",
@@ -74,8 +78,10 @@ __all__ = [
 
 CONTROLLER_TARGET_US = 50.0
 """Target: at most this many microseconds per request-round at B = 64 on SQLite (controller + publish)."""
-REPLAY_TARGET_EVENTS_PER_S = 100_000.0
-"""Target: replay at least this many events per second."""
+REPLAY_TARGET_EVENTS_PER_S = 300_000.0
+"""Target: replay and audit at least this many events per second on SQLite."""
+POSTGRES_REPLAY_TARGET_EVENTS_PER_S = 150_000.0
+"""Target: replay and audit at least this many events per second on PostgreSQL."""
 CRITICAL_TARGET_US = 5.0
 """Target: critical-path microseconds per request-round at B = 256 (V = 64)."""
 SINGLE_STEP_TARGET_US = 300.0
@@ -127,6 +133,11 @@ class ReplayBenchCase(BaseModel):
     events: int
     stream_events_per_s: float
     replay_events_per_s: float
+    audit_events_per_s: float = 0.0
+    rounds: int = 0
+    """Published rounds in the log."""
+    bytes_per_round: float = 0.0
+    """Size of the log on disk over its rounds (see the module docstring)."""
 
 
 class ControllerBenchReport(BaseModel):
@@ -151,7 +162,8 @@ class ControllerBenchReport(BaseModel):
     """``us_per_round`` of SQLite at the largest batch size is within ``target_us_per_round``."""
     replay_target_events_per_s: float
     meets_replay_target: bool
-    """Every SQL backend replays at least ``replay_target_events_per_s``."""
+    """Every SQL backend replays and audits at least its target (``replay_target_events_per_s`` on SQLite,
+    :data:`POSTGRES_REPLAY_TARGET_EVENTS_PER_S` on PostgreSQL)."""
     cases: list[ControllerBenchCase]
     replay: list[ReplayBenchCase]
     verdicts: list[TargetVerdict] = []
@@ -313,7 +325,9 @@ def _open_case(
 
 
 def _replay(backend: str, log: EventLog, repeats: int) -> ReplayBenchCase:
-    stream_rates, replay_rates = [], []
+    from specround.audit import audit_log
+
+    stream_rates, replay_rates, audit_rates = [], [], []
     events = requests = 0
     for _ in range(repeats):
         start = time.perf_counter()
@@ -323,13 +337,45 @@ def _replay(backend: str, log: EventLog, repeats: int) -> ReplayBenchCase:
         replayed = list(replay_log(log))
         replay_rates.append(sum(r.events for r in replayed) / (time.perf_counter() - start))
         requests = len(replayed)
+        start = time.perf_counter()
+        audited = audit_log(log)
+        audit_rates.append(sum(r.events for r in audited.requests) / (time.perf_counter() - start))
+    rounds, size = _log_size(log)
     return ReplayBenchCase(
         backend=backend,
         requests=requests,
         events=events,
         stream_events_per_s=statistics.median(stream_rates),
         replay_events_per_s=statistics.median(replay_rates),
+        audit_events_per_s=statistics.median(audit_rates),
+        rounds=rounds,
+        bytes_per_round=size / max(1, rounds),
     )
+
+
+def _replay_target(backend: str) -> float:
+    """The replay and audit target (events per second) of a SQL backend."""
+    return REPLAY_TARGET_EVENTS_PER_S if backend == "sqlite" else POSTGRES_REPLAY_TARGET_EVENTS_PER_S
+
+
+def _log_size(log: EventLog) -> tuple[int, int]:
+    """(published rounds, bytes on disk) of a SQL log."""
+    from specround.adapters.sql import SqlEventLog
+
+    assert isinstance(log, SqlEventLog)
+    with log.engine.connect() as connection:
+        rounds = int(connection.exec_driver_sql("SELECT count(*) FROM rounds").scalar_one())
+        connection.rollback()
+        if log.location.sqlite_path is not None:
+            raw = connection.connection.dbapi_connection
+            assert raw is not None
+            raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # outside a transaction (autocommit)
+            return rounds, log.location.sqlite_path.stat().st_size
+        size = connection.exec_driver_sql(
+            "SELECT pg_total_relation_size('rounds') + pg_total_relation_size('events') "
+            "+ pg_total_relation_size('requests')"
+        ).scalar_one()
+    return rounds, int(size)
 
 
 def _postgres_schema(base_url: str) -> tuple[str, str]:
@@ -470,7 +516,9 @@ def run_controller_bench(
             target_us_per_round=CONTROLLER_TARGET_US,
             meets_target=sqlite_largest.us_per_round <= CONTROLLER_TARGET_US,
             replay_target_events_per_s=REPLAY_TARGET_EVENTS_PER_S,
-            meets_replay_target=all(r.replay_events_per_s >= REPLAY_TARGET_EVENTS_PER_S for r in replays),
+            meets_replay_target=all(
+                min(r.replay_events_per_s, r.audit_events_per_s) >= _replay_target(r.backend) for r in replays
+            ),
             cases=results,
             replay=replays,
             verdicts=_verdicts(results, replays),
@@ -484,10 +532,6 @@ def run_controller_bench(
         torch.set_num_threads(previous_threads)
         if froze_gc:
             gc.unfreeze()
-
-
-_REPLAY_TARGETS: dict[str, float] = {"sqlite": 300_000.0, "postgresql": 150_000.0}
-"""Replay targets in events per second, per SQL backend."""
 
 
 def _verdicts(
@@ -524,11 +568,7 @@ def _verdicts(
                 "memory B=1 us/step (sampler included)", single.critical_us_per_round, SINGLE_STEP_TARGET_US
             )
     for replay in replays:
-        if replay.backend in _REPLAY_TARGETS:
-            judge(
-                f"{replay.backend} replay events/s",
-                replay.replay_events_per_s,
-                _REPLAY_TARGETS[replay.backend],
-                at_most=False,
-            )
+        limit = _replay_target(replay.backend)
+        judge(f"{replay.backend} replay events/s", replay.replay_events_per_s, limit, at_most=False)
+        judge(f"{replay.backend} audit events/s", replay.audit_events_per_s, limit, at_most=False)
     return out

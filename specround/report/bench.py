@@ -55,7 +55,7 @@ class ReportBenchResult(BaseModel):
 
 def _count_rounds(log: SqlEventLog) -> int:
     with log.engine.connect() as connection:
-        value = connection.exec_driver_sql("SELECT count(*) FROM publications").scalar()
+        value = connection.exec_driver_sql("SELECT count(*) FROM rounds").scalar()
     return int(value or 0)
 
 

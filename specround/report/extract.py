@@ -1,13 +1,12 @@
 """Stream one slim row per published round out of an event log, filtered, without loading the log.
 
-A round's five events sit at consecutive sequence numbers of its request (``round_ready`` at ``s`` ..
-``round_published`` at ``s + 4``). :func:`sql_round_rows` joins them on the events table's primary key
-``(request_id, seq)`` in one query, extracts only the fields the report needs with the database's own
-JSON functions (SQLite ``json_extract`` / PostgreSQL ``jsonb``), and streams the result (``yield_per``,
-a server-side cursor on PostgreSQL): memory stays bounded by the driver's batch, whatever the log's size.
-Filters are pushed into the query. :func:`port_round_rows` does the same over any
-:class:`~specround.statemachine.ports.EventLog` (e.g. the memory log) by folding its event stream one
-request at a time; a test checks that both give the same rows.
+The SQL log stores a round's five events in one ``rounds`` row. :func:`sql_round_rows` reads those rows
+in one query with the filters pushed into it (request ids, the time window on the row's ``recorded_at``,
+and the model filters on the ``request_opened`` event with the database's own JSON functions), rebuilds
+each round's events from its body and streams the result (``yield_per``, a server-side cursor on
+PostgreSQL): memory stays bounded by the driver's batch, whatever the log's size. :func:`port_round_rows`
+does the same over any :class:`~specround.statemachine.ports.EventLog` (e.g. the memory log) by folding
+its event stream one request at a time; a test checks that both give the same rows.
 
 The report reads the logged values as they are; whether they are *right* is the audit's job (a round
 whose events are missing or out of place is simply not joined, and the audit reports it by name).
@@ -38,6 +37,7 @@ __all__ = [
 
 STREAM_BATCH = 5000
 """Rows fetched per round trip."""
+_NO_DIGEST = "0" * 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,86 +130,44 @@ class _Dialect:
             return f"({alias}.payload::jsonb #>> '{{{','.join(path)}}}')"
         return f"json_extract({alias}.payload, '$.{'.'.join(path)}')"
 
-    def integer(self, alias: str, *path: str) -> str:
-        if self.postgres:
-            return f"({self.text(alias, *path)})::bigint"
-        return self.text(alias, *path)
-
-    def real(self, alias: str, *path: str) -> str:
-        if self.postgres:
-            return f"({self.text(alias, *path)})::double precision"
-        return self.text(alias, *path)
-
-    def boolean(self, alias: str, *path: str) -> str:
-        if self.postgres:
-            return f"({self.text(alias, *path)})::boolean"
-        return self.text(alias, *path)
-
-    def length(self, alias: str, name: str) -> str:
-        if self.postgres:
-            return f"jsonb_array_length({alias}.payload::jsonb -> '{name}')"
-        return f"json_array_length({alias}.payload, '$.{name}')"
-
 
 def _round_query(dialect: _Dialect, filters: ReportFilter) -> tuple[str, list[Any]]:
     d = dialect
-    columns = [
-        "dd.request_id",
-        "pp.recorded_at",
-        d.length("rr", "draft_ids"),
-        d.integer("vv", "verify_rows"),
-        d.integer("dd", "accepted"),
-        d.integer("dd", "accept_draws"),
-        d.text("dd", "terminal"),
-        d.length("dd", "emitted_ids"),
-        d.boolean("dd", "finished"),
-        d.length("ss", "committed_kv_ids"),
-        d.length("ss", "discarded_kv_ids"),
-        d.real("pp", "timings", "draft_s"),
-        d.real("pp", "timings", "verify_s"),
-        d.real("pp", "timings", "state_s"),
-        d.real("pp", "timings", "queue_s"),
-    ]
-    joins = []
-    for alias, kind, offset in (
-        ("rr", "round_ready", "- 2"),
-        ("vv", "round_verified", "- 1"),
-        ("ss", "round_staged", "+ 1"),
-        ("pp", "round_published", "+ 2"),
-    ):
-        joins.append(
-            f"JOIN events {alias} ON {alias}.request_id = dd.request_id AND {alias}.seq = dd.seq {offset} "
-            f"AND {alias}.kind = '{kind}'"
-        )
-    where = ["dd.kind = 'round_decided'"]
+    where = ["1 = 1"]
     parameters: list[Any] = []
     if filters.request_ids:
-        where.append(f"dd.request_id IN ({', '.join([d.mark] * len(filters.request_ids))})")
+        where.append(f"q.request_id IN ({', '.join([d.mark] * len(filters.request_ids))})")
         parameters.extend(filters.request_ids)
     if filters.since is not None:
-        where.append(f"pp.recorded_at >= {d.mark}")
+        where.append(f"r.recorded_at >= {d.mark}")
         parameters.append(float(filters.since))
     if filters.until is not None:
-        where.append(f"pp.recorded_at < {d.mark}")
+        where.append(f"r.recorded_at < {d.mark}")
         parameters.append(float(filters.until))
     for key, value in (("target_model_id", filters.target_model), ("draft_model_id", filters.draft_model)):
         if value is not None:
             where.append(
-                "dd.request_id IN (SELECT oo.request_id FROM events oo WHERE oo.seq = 0 AND "
+                "q.request_id IN (SELECT oo.request_id FROM events oo WHERE oo.seq = 0 AND "
                 f"{d.text('oo', 'config', 'coordinate', key)} = {d.mark})"
             )
             parameters.append(value)
-    sql = f"SELECT {', '.join(columns)} FROM events dd {' '.join(joins)} WHERE {' AND '.join(where)}"
+    sql = (
+        "SELECT q.request_id, r.recorded_at, r.generation, r.round_id, r.commit_digest, r.body FROM rounds r "
+        f"JOIN requests q ON q.request_no = r.request_no WHERE {' AND '.join(where)}"
+    )
     return sql, parameters
 
 
 def sql_round_rows(log: SqlEventLog, filters: ReportFilter | None = None) -> Iterator[RoundRow]:
     """Stream the rounds of a :class:`~specround.adapters.sql.SqlEventLog` (one query, bounded memory).
 
-    Rows come in the database's scan order (not sorted); the query runs in one read transaction.
+    Rows come in the database's scan order (not sorted); the query runs in one read transaction. A round
+    whose body cannot be read is left out (the audit reports it by name).
     """
     from specround.adapters.sql.engine import READ_ONLY
     from specround.adapters.sql.errors import db_errors
+    from specround.adapters.sql.round_body import decode_round
+    from specround.errors import LogIntegrityError
 
     filters = filters or ReportFilter()
     engine = log.engine
@@ -219,24 +177,17 @@ def sql_round_rows(log: SqlEventLog, filters: ReportFilter | None = None) -> Ite
         connection = connection.execution_options(**{READ_ONLY: True}, yield_per=STREAM_BATCH)
         with connection.begin():
             result = connection.exec_driver_sql(sql, tuple(parameters))
-            for row in result:
-                yield RoundRow(
-                    row[0],
-                    float(row[1]),
-                    int(row[2]),
-                    int(row[3]),
-                    int(row[4]),
-                    int(row[5]),
-                    row[6],
-                    int(row[7]),
-                    bool(row[8]),
-                    int(row[9]),
-                    int(row[10]),
-                    row[11],
-                    row[12],
-                    row[13],
-                    row[14],
-                )
+            for request_id, recorded_at, generation, round_id, commit, body in result:
+                try:
+                    # The report reads no processor digest: a reference to the previous round's is
+                    # filled with a placeholder instead of reading rows in order.
+                    events = decode_round(
+                        bytes(body), request_id, round_id, int(generation), bytes(commit).hex(), _NO_DIGEST
+                    )
+                    parts = {str(event.get("kind")): event for event in events}
+                    yield _row_from_payloads(request_id, float(recorded_at), parts)
+                except (LogIntegrityError, KeyError, TypeError, ValueError):
+                    continue
 
 
 def port_round_rows(log: EventLog, filters: ReportFilter | None = None) -> Iterator[RoundRow]:

@@ -1,4 +1,7 @@
-"""The replay, audit and faults commands, with tampering done by direct SQL on a SQLite log (INV-9)."""
+"""The replay, audit and faults commands, with tampering done by direct SQL on a SQLite log (INV-9).
+
+A round's five events are one ``rounds`` row, so rows are edited, dropped, copied and moved whole.
+"""
 
 from __future__ import annotations
 
@@ -68,43 +71,48 @@ def _kinds(report: dict[str, object]) -> set[str]:
     return {f["kind"] for f in findings if f["invariant"] == "INV-9"}
 
 
-def test_an_edited_payload_is_reported(sqlite_log: Path) -> None:
-    _sql(
-        sqlite_log,
-        (
-            "UPDATE events SET payload = replace(payload, '\"accept_counter\":0', '\"accept_counter\":7') "
-            "WHERE request_id = 'a' AND kind = 'round_decided' AND seq = 3",
-            (),
-        ),
-    )
+_ROUND = "(SELECT request_no FROM requests WHERE request_id = ?)"
+"""The stored key of a request's rounds (each round's five events are one ``rounds`` row)."""
+
+
+def test_an_edited_round_is_reported(sqlite_log: Path) -> None:
+    connection = sqlite3.connect(sqlite_log)
+    try:
+        where = f"request_no = {_ROUND} AND generation = 1"
+        (body,) = connection.execute(f"SELECT body FROM rounds WHERE {where}", ("a",)).fetchone()
+        edited = bytes(body[:-1]) + bytes([body[-1] ^ 1])  # one bit of the successor digest
+        with connection:
+            connection.execute(f"UPDATE rounds SET body = ? WHERE {where}", (edited, "a"))
+    finally:
+        connection.close()
     code, report = _audit(sqlite_log)
     assert code == 1 and "edited" in _kinds(report)
     assert runner.invoke(app, ["replay", str(sqlite_log)]).exit_code == 1
 
 
-def test_a_dropped_event_is_reported(sqlite_log: Path) -> None:
-    _sql(sqlite_log, ("DELETE FROM events WHERE request_id = 'a' AND seq = 7", ()))
+def test_a_dropped_round_is_reported(sqlite_log: Path) -> None:
+    _sql(sqlite_log, (f"DELETE FROM rounds WHERE request_no = {_ROUND} AND generation = 2", ("a",)))
     code, report = _audit(sqlite_log)
     assert code == 1 and "dropped" in _kinds(report)
 
 
-def test_a_duplicated_event_is_reported(sqlite_log: Path) -> None:
+def test_a_duplicated_round_is_reported(sqlite_log: Path) -> None:
     _sql(
         sqlite_log,
         (
-            "INSERT INTO events (request_id, seq, kind, round_id, generation, schema_version, prev_hash, "
-            "hash, recorded_at, payload) SELECT request_id, 100, kind, round_id, generation, schema_version, "
-            "prev_hash, hash, recorded_at, payload FROM events WHERE request_id = 'b' AND seq = 4",
-            (),
+            "INSERT INTO rounds (request_no, generation, round_id, recorded_at, commit_digest, prev_hash, "
+            "hash, body) SELECT request_no, 100, round_id || '-copy', recorded_at, commit_digest, prev_hash, "
+            f"hash, body FROM rounds WHERE request_no = {_ROUND} AND generation = 1",
+            ("b",),
         ),
     )
     code, report = _audit(sqlite_log)
     assert code == 1 and "duplicated" in _kinds(report)
 
 
-def test_reordered_events_are_reported(sqlite_log: Path) -> None:
-    swap = "UPDATE events SET seq = ? WHERE request_id = 'a' AND seq = ?"
-    _sql(sqlite_log, (swap, (-1, 5)), (swap, (5, 6)), (swap, (6, -1)))
+def test_reordered_rounds_are_reported(sqlite_log: Path) -> None:
+    swap = f"UPDATE rounds SET generation = ? WHERE request_no = {_ROUND} AND generation = ?"
+    _sql(sqlite_log, (swap, (-1, "a", 2)), (swap, (2, "a", 3)), (swap, (3, "a", -1)))
     code, report = _audit(sqlite_log)
     assert code == 1 and "reordered" in _kinds(report)
     # The untouched request still audits clean.

@@ -21,17 +21,17 @@ from tests.statemachine.step_fuzz import random_input
 KEY = b"the archive key, sixteen+ bytes"
 
 
-def _log(path: Path, signer: HmacSigner | None = None) -> None:
+def _log(path: Path, signer: HmacSigner | None = None, prefix: str = "") -> None:
     log = SqlEventLog.open(path, signer=signer)
     controller = RoundController(log)
     generator = torch.Generator().manual_seed(3)
-    budgets = {"done-1": 3, "done-2": 4, "running": 500}
+    budgets = {f"{prefix}done-1": 3, f"{prefix}done-2": 4, f"{prefix}running": 500}
     for rid, budget in budgets.items():
         controller.open_request((1, 2), seed=2, vocab_size=16, request_id=rid, max_new_tokens=budget)
     for _ in range(4):
         live = [rid for rid in budgets if not controller.state(rid).finished]
         controller.step([random_input(controller, rid, 2, generator) for rid in live])
-    assert controller.state("done-1").finished and controller.state("done-2").finished
+    assert controller.state(f"{prefix}done-1").finished and controller.state(f"{prefix}done-2").finished
     log.close()
 
 
@@ -51,6 +51,32 @@ def test_finished_requests_move_with_their_chains(tmp_path: Path) -> None:
     assert _ids_and_audit(archive) == (["done-1", "done-2"], True)
     assert compact_log(source, archive, before=time.time() + 60).moved == ()  # nothing left to move
     assert compact_log(source, archive, before=0.0).moved == ()  # the cutoff is honoured
+    assert _round_rows(source) == {"running": 4}
+    moved = _round_rows(archive)
+    assert set(moved) == {"done-1", "done-2"} and report.events == 2 + 5 * sum(moved.values())
+
+
+def _round_rows(path: Path) -> dict[str, int]:
+    """Stored ``rounds`` rows per request id (each holds a round's five events)."""
+    with SqlEventLog.open(path, read_only=True) as log, log.engine.connect() as connection:
+        rows = connection.exec_driver_sql(
+            "SELECT q.request_id, count(*) FROM rounds r JOIN requests q ON q.request_no = r.request_no "
+            "GROUP BY q.request_id"
+        ).fetchall()
+    return {str(row[0]): int(row[1]) for row in rows}
+
+
+def test_a_second_log_compacted_into_the_same_archive_gets_fresh_request_numbers(tmp_path: Path) -> None:
+    archive = tmp_path / "archive.sqlite"
+    for prefix in ("x-", "y-"):
+        source = tmp_path / f"{prefix}log.sqlite"
+        _log(source, prefix=prefix)
+        before = _round_rows(source)
+        compact_log(source, archive, before=time.time() + 60)
+        archived = _round_rows(archive)
+        assert all(archived[f"{prefix}{rid}"] == before[f"{prefix}{rid}"] for rid in ("done-1", "done-2"))
+    ids, ok = _ids_and_audit(archive)
+    assert ids == ["x-done-1", "x-done-2", "y-done-1", "y-done-2"] and ok
 
 
 def test_a_signed_log_needs_its_key_and_both_logs_stay_signed(tmp_path: Path) -> None:

@@ -43,6 +43,18 @@ def signed_log(tmp_path: Path) -> Path:
     return path
 
 
+_REQUEST_COLUMNS = (
+    "request_id, generation, head_seq, head_hash, state_digest, finished, opened_digest, opened_at, "
+    "updated_at, request_no"
+)
+_ROUND_COLUMNS = "request_no, generation, round_id, recorded_at, commit_digest, prev_hash, hash, body"
+
+
+def _number(request_id: str) -> str:
+    """The SQL for a request's ``request_no`` (its rounds' key)."""
+    return f"(SELECT request_no FROM requests WHERE request_id = '{request_id}')"
+
+
 def _signature_findings(path: Path, key: bytes = KEY) -> list[tuple[str, str]]:
     with SqlEventLog.open(path, read_only=True) as log:
         return [(f.request_id, f.kind) for f in audit_signatures(log, HmacSigner(key))]
@@ -70,12 +82,14 @@ def test_a_history_rebuilt_with_the_library_is_caught_with_the_key(signed_log: P
     _sql(
         signed_log,
         f"ATTACH DATABASE '{forged}' AS f",
-        "DELETE FROM publications WHERE request_id = 'b'",
+        f"DELETE FROM rounds WHERE request_no = {_number('b')}",
         "DELETE FROM events WHERE request_id = 'b'",
         "DELETE FROM requests WHERE request_id = 'b'",
-        "INSERT INTO requests SELECT * FROM f.requests",
+        f"INSERT INTO requests ({_REQUEST_COLUMNS}) SELECT {_REQUEST_COLUMNS.replace('request_no', '2')} "
+        "FROM f.requests",
         "INSERT INTO events SELECT * FROM f.events",
-        "INSERT INTO publications SELECT * FROM f.publications",
+        f"INSERT INTO rounds ({_ROUND_COLUMNS}) SELECT {_ROUND_COLUMNS.replace('request_no', '2')} "
+        "FROM f.rounds",
     )
     with SqlEventLog.open(signed_log, read_only=True) as log:
         assert audit_log(log).ok  # without a key the forgery is self-consistent: the stated gap
@@ -90,7 +104,6 @@ def test_a_deleted_request_row_is_caught(signed_log: Path) -> None:
     _sql(
         signed_log,
         "PRAGMA foreign_keys = OFF",
-        "DELETE FROM publications WHERE request_id = 'a'",
         "DELETE FROM requests WHERE request_id = 'a'",
     )
     with SqlEventLog.open(signed_log, read_only=True) as log:
@@ -101,7 +114,7 @@ def test_a_deleted_request_row_is_caught(signed_log: Path) -> None:
 def test_a_deleted_request_is_caught_by_the_checkpoint(signed_log: Path) -> None:
     _sql(
         signed_log,
-        "DELETE FROM publications WHERE request_id = 'a'",
+        f"DELETE FROM rounds WHERE request_no = {_number('a')}",
         "DELETE FROM events WHERE request_id = 'a'",
         "DELETE FROM requests WHERE request_id = 'a'",
         "DELETE FROM signatures WHERE request_id = 'a'",
@@ -117,8 +130,7 @@ def test_truncation_with_the_head_rewound_is_caught_by_an_anchor(signed_log: Pat
     _, generation, seq, link, digest, _ = older
     _sql(
         signed_log,
-        f"DELETE FROM events WHERE request_id = 'a' AND seq > {seq}",
-        f"DELETE FROM publications WHERE request_id = 'a' AND generation > {generation}",
+        f"DELETE FROM rounds WHERE request_no = {_number('a')} AND generation > {generation}",
         f"UPDATE requests SET generation = {generation}, head_seq = {seq}, head_hash = '{link}', "
         f"state_digest = '{digest}' WHERE request_id = 'a'",
         "DELETE FROM signatures WHERE id = (SELECT MAX(id) FROM signatures WHERE request_id = 'a')",
@@ -175,30 +187,41 @@ def app_cli():  # type: ignore[no-untyped-def]
 
 
 def _rechain(path: Path, request_id: str, edit: dict[str, object], seq: int) -> None:
-    """Edit one payload of ``request_id`` and recompute its chain and head, as a forger without the key."""
+    """Edit one payload of ``request_id`` and recompute its chain and head, as a forger without the key.
+
+    Every round row is rewritten in the RAW body form (the canonical texts themselves), with the chain
+    links recomputed from the edited payload on.
+    """
     import hashlib
 
+    from specround.adapters.sql.round_body import encode_raw
     from specround.canonical import canonical_bytes
 
+    with SqlEventLog.open(path, read_only=True) as log:
+        events = list(log.events(request_id))
     connection = sqlite3.connect(path)
     with connection:
-        rows = connection.execute(
-            "SELECT seq, prev_hash, payload FROM events WHERE request_id = ? ORDER BY seq", (request_id,)
-        ).fetchall()
-        prev = rows[0][1]
-        for row_seq, _, text in rows:
-            payload = json.loads(text)
-            if row_seq == seq:
-                payload.update(edit)
-            data = canonical_bytes(payload)
-            link = hashlib.sha256(prev.encode("ascii") + data).hexdigest()
+        prev = events[0].hash
+        for generation in range(1, len(events) // 5 + 1):
+            first = prev
+            texts = []
+            for event in events[5 * generation - 4 : 5 * generation + 1]:
+                payload = dict(event.payload)
+                if event.seq == seq:
+                    payload.update(edit)
+                data = canonical_bytes(payload)
+                texts.append(data)
+                prev = hashlib.sha256(prev.encode("ascii") + data).hexdigest()
             connection.execute(
-                "UPDATE events SET prev_hash = ?, hash = ?, payload = ? WHERE request_id = ? AND seq = ?",
-                (prev, link, data.decode(), request_id, row_seq),
+                "UPDATE rounds SET body = ?, prev_hash = ?, hash = ? "
+                f"WHERE request_no = {_number(request_id)} AND generation = ?",
+                (encode_raw(texts), bytes.fromhex(first)[:8], bytes.fromhex(prev), generation),
             )
-            prev = link
         connection.execute("UPDATE requests SET head_hash = ? WHERE request_id = ?", (prev, request_id))
     connection.close()
+    if "timings" in edit:  # timings are not part of any decision: without the key this audits clean
+        with SqlEventLog.open(path, read_only=True) as log:
+            assert audit_log(log, [request_id]).ok
 
 
 FORGERIES = {
@@ -209,9 +232,9 @@ FORGERIES = {
     "the head moved by hand": lambda p: _sql(p, "UPDATE requests SET finished = 1 WHERE request_id = 'a'"),
     "a tail cut, signatures kept": lambda p: _sql(
         p,
-        "DELETE FROM events WHERE request_id = 'a' AND seq > 15",
-        "UPDATE requests SET head_seq = 15, head_hash = (SELECT hash FROM events WHERE request_id = 'a' "
-        "AND seq = 15) WHERE request_id = 'a'",
+        f"DELETE FROM rounds WHERE request_no = {_number('a')} AND generation > 3",
+        "UPDATE requests SET head_seq = 15, head_hash = (SELECT lower(hex(hash)) FROM rounds WHERE "
+        f"request_no = {_number('a')} AND generation = 3) WHERE request_id = 'a'",
     ),
 }
 
@@ -228,8 +251,10 @@ def test_a_request_inserted_without_the_key_is_unsigned(signed_log: Path, tmp_pa
     _sql(
         signed_log,
         f"ATTACH DATABASE '{extra}' AS x",
-        "INSERT INTO requests SELECT * FROM x.requests",
+        f"INSERT INTO requests ({_REQUEST_COLUMNS}) SELECT {_REQUEST_COLUMNS.replace('request_no', '3')} "
+        "FROM x.requests",
         "INSERT INTO events SELECT * FROM x.events",
-        "INSERT INTO publications SELECT * FROM x.publications",
+        f"INSERT INTO rounds ({_ROUND_COLUMNS}) SELECT {_ROUND_COLUMNS.replace('request_no', '3')} "
+        "FROM x.rounds",
     )
     assert ("c", "unsigned") in _signature_findings(signed_log)

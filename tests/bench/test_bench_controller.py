@@ -36,6 +36,9 @@ def _check(report: ControllerBenchReport, backends: set[str], sizes: tuple[int, 
     for replay in report.replay:
         assert replay.events > replay.requests >= largest
         assert replay.stream_events_per_s > 0 and replay.replay_events_per_s > 0
+        assert replay.audit_events_per_s > 0
+        assert replay.rounds == (replay.events - replay.requests) // 5
+        assert replay.bytes_per_round > 0
 
 
 def test_controller_bench_on_memory_and_sqlite() -> None:
@@ -125,10 +128,14 @@ def test_controller_bench_runs_both_step_apis_and_judges_its_targets() -> None:
     assert [v.target for v in report.verdicts] == [
         "memory B=1 us/step (sampler included)",
         "sqlite replay events/s",
+        "sqlite audit events/s",
     ]
-    single, replay = report.verdicts
+    single, replay, audit = report.verdicts
     assert replay.measured == report.replay[0].replay_events_per_s
-    assert replay.met == (replay.measured >= replay.limit)
+    assert audit.measured == report.replay[0].audit_events_per_s
+    assert replay.limit == audit.limit == REPLAY_TARGET_EVENTS_PER_S
+    for verdict in (replay, audit):
+        assert verdict.met == (verdict.measured >= verdict.limit)
     memory_b1 = next(c for c in report.cases if (c.backend, c.api, c.batch_size) == ("memory", "batch", 1))
     assert single.measured == memory_b1.critical_us_per_round
     assert single.met == (single.measured <= single.limit)

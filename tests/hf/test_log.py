@@ -51,12 +51,17 @@ def test_the_log_audits_clean_and_tampering_is_caught(tmp_path: Path) -> None:
     rounds = sum(len(r) for r in out.rounds)
     assert code == 0 and report["ok"] is True and report["rounds"] == rounds
     connection = sqlite3.connect(path)
-    with connection:
-        connection.execute(
-            "UPDATE events SET payload = replace(payload, '\"accept_counter\":0', '\"accept_counter\":7') "
-            "WHERE request_id = ? AND kind = 'round_decided'",
-            (out.request_ids[1],),
-        )
+    with connection:  # one bit of the last byte of every round body of the second request
+        where = "request_no = (SELECT request_no FROM requests WHERE request_id = ?)"
+        rows = connection.execute(
+            f"SELECT generation, body FROM rounds WHERE {where}", (out.request_ids[1],)
+        ).fetchall()
+        for generation, body in rows:
+            edited = bytes(body[:-1]) + bytes([body[-1] ^ 1])
+            connection.execute(
+                f"UPDATE rounds SET body = ? WHERE {where} AND generation = ?",
+                (edited, out.request_ids[1], generation),
+            )
     connection.close()
     code, report = _audit(path)
     assert code == 1 and report["ok"] is False

@@ -1,12 +1,13 @@
 """Retention: move finished requests out of a log into an archive log, chains and signatures intact.
 
 :func:`compact_log` selects the requests of a SQL log that finished before a cutoff (their head row's
-``updated_at``), copies every row of theirs (``requests``, ``events``, ``publications``, ``signatures``)
+``updated_at``), copies every row of theirs (``requests``, ``events``, ``rounds``, ``signatures``)
 verbatim into a second log (a SQLite file, created and migrated when missing), and only after that copy
 has committed deletes them from the source in one transaction. Both logs then audit clean on their own: a
 moved request's chain is unchanged, and nothing in the source refers to it. A run cut short between the
 two transactions leaves the requests in both logs; running it again finds them already archived with the
-same head and only deletes them from the source.
+same head and only deletes them from the source. A ``rounds`` row is keyed by its request's ``request_no``,
+which is per log: the archive gives each moved request the next free number there and its rounds follow it.
 
 A signed log (one with ``signatures`` rows) is compacted only with its key: the newest signed checkpoint
 still lists the moved requests, so a fresh checkpoint is signed in both logs afterwards.
@@ -31,8 +32,10 @@ __all__ = ["CompactReport", "compact_log"]
 _CHUNK = 200
 """Requests moved per statement batch."""
 
-_COPIED = (tables.requests, tables.events, tables.publications, tables.signatures)
-"""Tables whose rows of a request move, parents first (a signature's own id is renumbered)."""
+_COPIED = (tables.requests, tables.events, tables.rounds, tables.signatures)
+"""Tables whose rows of a request move, parents first (a signature's own id and a request's
+``request_no`` are renumbered)."""
+_ROUNDS = tables.rounds
 
 
 def _columns(table: Table) -> list[str]:
@@ -64,11 +67,20 @@ def _marks(connection: Connection, count: int) -> str:
 
 
 def _rows(connection: Connection, table: Table, ids: list[str]) -> list[tuple[Any, ...]]:
-    columns = ", ".join(_columns(table))
-    sql = (
-        f"SELECT {columns} FROM {table.name} WHERE request_id IN ({_marks(connection, len(ids))}) "
-        f"ORDER BY {_order(table)}"
-    )
+    """The rows of ``ids`` in ``table`` (``rounds`` rows lead with their request id, by ``request_no``)."""
+    marks = _marks(connection, len(ids))
+    if table is _ROUNDS:
+        columns = ", ".join(f"r.{name}" for name in _columns(table))
+        order = ", ".join(f"r.{column.name}" for column in table.primary_key.columns)
+        sql = (
+            f"SELECT q.request_id, {columns} FROM rounds r JOIN requests q ON q.request_no = r.request_no "
+            f"WHERE q.request_id IN ({marks}) ORDER BY {order}"
+        )
+    else:
+        sql = (
+            f"SELECT {', '.join(_columns(table))} FROM {table.name} WHERE request_id IN ({marks}) "
+            f"ORDER BY {_order(table)}"
+        )
     return [tuple(row) for row in connection.exec_driver_sql(sql, tuple(ids)).fetchall()]
 
 
@@ -122,21 +134,63 @@ def _copy(source: SqlEventLog, target: SqlEventLog, ids: list[str]) -> int:
                 raise LogIntegrityError(
                     f"request {request_id!r} is already archived with another head; nothing was moved"
                 )
+        numbers = _numbers(connection, [str(row[0]) for row in rows["requests"] if row[0] not in held])
         for table in _COPIED:
             columns = _columns(table)
-            at = columns.index("request_id")
-            fresh = [row for row in rows[table.name] if row[at] not in held]
+            fresh = _renumbered(table, columns, rows[table.name], held, numbers)
             if fresh:
                 connection.exec_driver_sql(
                     f"INSERT INTO {table.name} ({', '.join(columns)}) "
                     f"VALUES ({_marks(connection, len(columns))})",
                     fresh,
                 )
-    return len(rows["events"])
+    return len(rows["events"]) + _ROUND_EVENTS * len(rows["rounds"])
+
+
+_ROUND_EVENTS = 5
+"""Events one ``rounds`` row holds."""
+
+
+def _numbers(connection: Connection, fresh: list[str]) -> dict[str, int]:
+    """The archive's next free ``request_no`` for each request id it is about to receive."""
+    top = connection.exec_driver_sql("SELECT coalesce(max(request_no), 0) FROM requests").scalar_one()
+    return {request_id: int(top) + offset for offset, request_id in enumerate(fresh, start=1)}
+
+
+def _renumbered(
+    table: Table,
+    columns: list[str],
+    rows: list[tuple[Any, ...]],
+    held: dict[str, str],
+    numbers: dict[str, int],
+) -> list[tuple[Any, ...]]:
+    """The rows of requests the archive does not hold, with ``request_no`` given the archive's number."""
+    if table is _ROUNDS:  # (request id, *columns): the archive's number replaces the source's
+        at = columns.index("request_no")
+        return [
+            tuple(numbers[row[0]] if i == at else value for i, value in enumerate(row[1:]))
+            for row in rows
+            if row[0] not in held
+        ]
+    at = columns.index("request_id")
+    fresh = [row for row in rows if row[at] not in held]
+    if table is tables.requests:
+        number = columns.index("request_no")
+        fresh = [
+            tuple(numbers[row[at]] if i == number else value for i, value in enumerate(row)) for row in fresh
+        ]
+    return fresh
 
 
 def _delete(source: SqlEventLog, ids: list[str]) -> None:
     with db_errors("delete archived requests"), source.engine.begin() as connection:
         marks = _marks(connection, len(ids))
         for table in reversed(_COPIED):  # children first
+            if table is _ROUNDS:
+                connection.exec_driver_sql(
+                    "DELETE FROM rounds WHERE request_no IN "
+                    f"(SELECT request_no FROM requests WHERE request_id IN ({marks}))",
+                    tuple(ids),
+                )
+                continue
             connection.exec_driver_sql(f"DELETE FROM {table.name} WHERE request_id IN ({marks})", tuple(ids))

@@ -6,21 +6,30 @@
   ``create=False`` a database that is not at head is refused with :class:`SchemaVersionError` and is left
   untouched. Operators who migrate PostgreSQL explicitly run ``specround db upgrade URL`` and open their
   workers with ``create=False``.
-* **Publishing** is one transaction per call (group commit). The transaction reads the heads of the batch's
-  requests (``FOR UPDATE`` in request-id order on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already holds the
-  write lock), looks up the batch's round ids, decides every publication with
-  :func:`~specround.adapters.sql.fence.plan_publish`, appends the winners' events and publication rows with
-  one ``executemany`` each, and moves each winner's head with a compare-and-swap
-  ``UPDATE ... WHERE generation = expected`` whose row count is checked. The unique keys of
-  ``publications`` back the fence up; if one fires anyway (a concurrent writer the locks did not cover),
-  or PostgreSQL reports a deadlock or serialization failure, the whole call is retried from the top, so
-  the loser is decided by the fence on the next attempt instead of aborting the others.
+* **Publishing** is one transaction per call (group commit) and takes the whole step's rounds. Canonical
+  bytes and each round's stored body (:mod:`specround.adapters.sql.round_body`) are computed before it
+  starts. The transaction reads the heads of the batch's requests (``FOR UPDATE`` in request-id order on
+  PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already holds the write lock), looks up the round ids of the
+  publications that do not extend their head (retries and losers: only they can name a published round),
+  decides every publication with the shared fence :func:`~specround.adapters.fence.plan_publish`, appends
+  one ``rounds`` row per winner with a single ``executemany`` (its five events in one row), and moves each
+  winner's head with a compare-and-swap ``UPDATE ... WHERE generation = expected`` whose row count is
+  checked: three statements per step in the common case, whatever the batch size. The unique keys of
+  ``rounds`` back the fence up; if one fires anyway (a round id published at an earlier generation, or a
+  concurrent writer the locks did not cover), or PostgreSQL reports a deadlock or serialization failure,
+  the whole call is retried from the top with every round id looked up, so the loser is decided by the
+  fence on the next attempt instead of aborting the others.
   The statements run on the connection's DBAPI cursor with positional tuples (no statement compilation or
   result processing); the engine's cursor events still fire for each of them.
-* **Reading** streams: :meth:`SqlEventLog.events` runs one query in a read transaction (a snapshot) and
-  yields rows as the driver delivers them (a server-side cursor on PostgreSQL), never the whole log. Each
-  :class:`~specround.statemachine.ports.StoredEvent` carries the stored canonical text as
-  ``payload_bytes`` (what the chain hashed) and ``payload`` decoded from it.
+* **Reading** streams: :meth:`SqlEventLog.events` runs two ordered queries (the ``request_opened`` events,
+  and the rounds joined to their request ids) in one read transaction (a snapshot), merges them by request
+  and yields rows as the driver delivers them (server-side cursors on PostgreSQL), never the whole log.
+  Each round row becomes its five :class:`~specround.statemachine.ports.StoredEvent` objects with seqs
+  ``5g - 4 .. 5g``: ``payload`` rebuilt from the body, ``payload_bytes`` its canonical bytes (what the
+  chain hashed), the first event's ``prev_hash`` and the last one's ``hash`` as stored, and the links
+  between them recomputed from the payloads. An edited body therefore shows as a last link that does not
+  match, a removed, copied or moved row as a broken link, exactly as for one row per event; a body that
+  cannot be read at all yields its five events with empty payloads (which no check accepts).
 * **Errors** from the driver never escape raw; see :mod:`specround.adapters.sql.errors`.
 """
 
@@ -28,14 +37,24 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from sqlalchemy import Connection, Engine
 
+from specround.adapters.fence import (
+    AppendedRound,
+    Head,
+    PreparedRound,
+    PublishedRound,
+    plan_publish,
+    prepare_round,
+)
 from specround.adapters.sql.engine import (
     DEFAULT_BUSY_TIMEOUT_S,
     READ_ONLY,
@@ -44,23 +63,19 @@ from specround.adapters.sql.engine import (
     parse_location,
 )
 from specround.adapters.sql.errors import db_errors, is_integrity_error, is_retryable
-from specround.adapters.sql.fence import (
-    EVENT_COLUMNS,
-    HEAD_UPDATE_COLUMNS,
-    PUBLICATION_COLUMNS,
-    Head,
-    PublishedRound,
-    plan_publish,
-    prepare_round,
-)
 from specround.adapters.sql.migrate import SchemaStatus, ensure_schema, schema_status
 from specround.adapters.sql.probe import SqliteFileKind, probe_sqlite_file
+from specround.adapters.sql.round_body import encode_round
 from specround.adapters.sql.rows import (
     SignatureRow,
     decode_event_row,
     decode_head_row,
+    decode_round_row,
     decode_signature_row,
+    row_blob,
+    row_id,
 )
+from specround.adapters.sql.tables import PREV_LINK_BYTES
 from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
 from specround.errors import (
     InvalidRequestError,
@@ -127,25 +142,49 @@ class _Cursor:
         self._cursor.close()
 
 
+_EVENT_COLUMNS = (
+    "request_id",
+    "seq",
+    "kind",
+    "round_id",
+    "generation",
+    "schema_version",
+    "prev_hash",
+    "hash",
+    "recorded_at",
+    "payload",
+)
+_ROUND_COLUMNS = (
+    "request_no",
+    "generation",
+    "round_id",
+    "recorded_at",
+    "commit_digest",
+    "prev_hash",
+    "hash",
+    "body",
+)
+_HEAD_UPDATE_COLUMNS = ("generation", "head_seq", "head_hash", "state_digest", "finished", "updated_at")
+
+
 class _Statements:
     """The log's SQL in the driver's parameter style (the hot path skips statement compilation)."""
 
     def __init__(self, paramstyle: str, postgres: bool) -> None:
         self.mark = "?" if paramstyle == "qmark" else "%s"
-        marks = ", ".join([self.mark] * len(EVENT_COLUMNS))
-        self.insert_events = f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({marks})"
-        marks = ", ".join([self.mark] * len(PUBLICATION_COLUMNS))
-        self.insert_publications = (
-            f"INSERT INTO publications ({', '.join(PUBLICATION_COLUMNS)}) VALUES ({marks})"
-        )
-        assignments = ", ".join(f"{column} = {self.mark}" for column in HEAD_UPDATE_COLUMNS)
+        marks = ", ".join([self.mark] * len(_EVENT_COLUMNS))
+        self.insert_event = f"INSERT INTO events ({', '.join(_EVENT_COLUMNS)}) VALUES ({marks})"
+        marks = ", ".join([self.mark] * len(_ROUND_COLUMNS))
+        self.insert_rounds = f"INSERT INTO rounds ({', '.join(_ROUND_COLUMNS)}) VALUES ({marks})"
+        assignments = ", ".join(f"{column} = {self.mark}" for column in _HEAD_UPDATE_COLUMNS)
         self.update_head = (
             f"UPDATE requests SET {assignments} WHERE request_id = {self.mark} AND generation = {self.mark}"
         )
         self.insert_request = (
             "INSERT INTO requests (request_id, generation, head_seq, head_hash, state_digest, finished, "
-            f"opened_digest, opened_at, updated_at) VALUES ({', '.join([self.mark] * 9)})"
+            f"opened_digest, opened_at, updated_at, request_no) VALUES ({', '.join([self.mark] * 10)})"
         )
+        self.next_request_no = "SELECT coalesce(max(request_no), 0) + 1 FROM requests"
         self.lock_suffix = " ORDER BY request_id FOR UPDATE" if postgres else ""
         self.opened = (
             "SELECT e.hash, r.opened_digest FROM requests r JOIN events e "
@@ -155,9 +194,22 @@ class _Statements:
             "SELECT request_id, generation, head_seq, head_hash, state_digest, finished FROM requests "
             f"WHERE request_id = {self.mark}"
         )
-        columns = ", ".join(EVENT_COLUMNS)
+        columns = ", ".join(_EVENT_COLUMNS)
         self.all_events = f"SELECT {columns} FROM events ORDER BY request_id, seq"
         self.request_events = f"SELECT {columns} FROM events WHERE request_id = {self.mark} ORDER BY seq"
+        rounds = (
+            "SELECT q.request_id, r.generation, r.round_id, r.recorded_at, r.commit_digest, r.prev_hash, "
+            "r.hash, r.body, r.request_no FROM rounds r"
+        )
+        # LEFT JOIN: a round row whose request row is gone still reaches the audit (as an orphan).
+        self.all_rounds = (
+            f"{rounds} LEFT JOIN requests q ON q.request_no = r.request_no "
+            "ORDER BY q.request_id, r.generation"
+        )
+        self.request_rounds = (
+            f"{rounds} JOIN requests q ON q.request_no = r.request_no WHERE q.request_id = {self.mark} "
+            "ORDER BY r.generation"
+        )
         self.request_ids = "SELECT request_id FROM requests ORDER BY request_id"
         self.all_heads = (
             "SELECT request_id, generation, head_seq, head_hash, state_digest, finished FROM requests "
@@ -174,16 +226,46 @@ class _Statements:
     def heads(self, count: int) -> str:
         marks = ", ".join([self.mark] * count)
         return (
-            "SELECT request_id, generation, head_seq, head_hash, finished FROM requests "
+            "SELECT request_id, generation, head_seq, head_hash, finished, request_no FROM requests "
             f"WHERE request_id IN ({marks}){self.lock_suffix}"
         )
 
     def rounds(self, count: int) -> str:
-        pair = f"(request_id = {self.mark} AND round_id = {self.mark})"
-        return (
-            "SELECT request_id, round_id, generation, commit_digest FROM publications WHERE "
-            + " OR ".join([pair] * count)
+        pair = f"(request_no = {self.mark} AND round_id = {self.mark})"
+        return "SELECT request_no, round_id, generation, commit_digest FROM rounds WHERE " + " OR ".join(
+            [pair] * count
         )
+
+
+_TAILS = 65536
+"""Most requests whose last published round this process remembers (to store ``processor_before`` as a
+reference to it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Encoded:
+    """A prepared round with its stored body (computed before the transaction)."""
+
+    prepared: PreparedRound
+    body: bytes
+    commit: bytes
+    assumed: str | None
+    """The head hash the body's reference to the previous round assumes (None: no reference)."""
+
+
+def _encode(prepared: PreparedRound, tail: tuple[str, str] | None) -> _Encoded:
+    """Encode a round's body, referring to the previous round's processor digest if ``tail`` is it."""
+    pub = prepared.publication
+    body = encode_round(
+        [event.__dict__ for event in pub.events()],
+        pub.request_id,
+        pub.round_id,
+        pub.expected_generation + 1,
+        pub.commit_digest,
+        prepared.payloads,
+        None if tail is None else tail[1],
+    )
+    return _Encoded(prepared, body, bytes.fromhex(pub.commit_digest), None if tail is None else tail[0])
 
 
 class SqlEventLog:
@@ -203,6 +285,9 @@ class SqlEventLog:
         self._signer: LogSigner | None = None
         self._checkpoint_every = DEFAULT_CHECKPOINT_EVERY
         self._publishes = 0
+        self._tails: dict[str, tuple[str, str]] = {}
+        """request id -> (head hash, processor_after) of the last round this process published for it."""
+        self._tails_lock = threading.Lock()
         self._streams: weakref.WeakSet[Generator[StoredEvent, None, None]] = weakref.WeakSet()
         """Event streams not yet exhausted: each holds a connection (and a read transaction) until it ends."""
 
@@ -307,12 +392,13 @@ class SqlEventLog:
                     )
                 return
             now = time.time()
+            number = connection.exec_driver_sql(self._sql.next_request_no).scalar_one()
             connection.exec_driver_sql(
                 self._sql.insert_request,
-                (event.request_id, 0, 0, link, state_digest, False, state_digest, now, now),
+                (event.request_id, 0, 0, link, state_digest, False, state_digest, now, now, int(number)),
             )
             connection.exec_driver_sql(
-                self._sql.insert_events,
+                self._sql.insert_event,
                 (
                     event.request_id,
                     0,
@@ -343,35 +429,97 @@ class SqlEventLog:
         one (:class:`~specround.errors.RequestFinishedError`) aborts the call with nothing written.
         """
         self._check_open()
-        prepared = [prepare_round(publication) for publication in publications]
-        if not prepared:
+        tails = self._tails
+        encoded = [
+            _encode(prepared, tails.get(prepared.publication.request_id))
+            for prepared in map(prepare_round, publications)
+        ]
+        if not encoded:
             return []
+        written: list[AppendedRound] = []
+        prepared = [item.prepared for item in encoded]
+        bodies = {id(item.prepared): item for item in encoded}
         request_ids = sorted({p.publication.request_id for p in prepared})
         pairs = sorted({(p.publication.request_id, p.publication.round_id) for p in prepared})
 
+        runs = 0
+
         def attempt(connection: Connection) -> list[PublishOutcome]:
+            nonlocal runs
+            runs += 1
             cursor = _Cursor(connection)
             try:
-                heads = self._read_heads(cursor, request_ids)
-                known = self._read_rounds(cursor, pairs)
-                plan = plan_publish(prepared, heads, known, time.time())
-                if plan.event_rows:
-                    cursor.run(self._sql.insert_events, plan.event_rows, many=True)
-                    cursor.run(self._sql.insert_publications, plan.publication_rows, many=True)
-                    moved = cursor.run(self._sql.update_head, plan.head_updates, many=True).rowcount
-                    if moved != len(plan.head_updates):
-                        raise _RetryError(f"{len(plan.head_updates) - moved} compare-and-swap(s) lost")
+                heads, numbers = self._read_heads(cursor, request_ids)
+                # A round id can only be published already if its publication is not at the head (a retry
+                # or a loser); the first run looks those up only, and a round id published at an earlier
+                # generation trips the unique key instead, which reruns the call with every one looked up.
+                wanted = pairs if runs > 1 else _behind(prepared, heads)
+                known = self._read_rounds(cursor, wanted, numbers)
+                plan = plan_publish(prepared, heads, known)
+                if plan.appended:
+                    now = time.time()
+                    rows = []
+                    for appended in plan.appended:
+                        item = bodies[id(appended.prepared)]
+                        pub = appended.prepared.publication
+                        body = item.body
+                        if item.assumed is not None and item.assumed != appended.prev_hash:
+                            body = _encode(appended.prepared, None).body  # the head moved elsewhere
+                        rows.append(
+                            (
+                                numbers[pub.request_id],
+                                appended.generation,
+                                pub.round_id,
+                                now,
+                                item.commit,
+                                bytes.fromhex(appended.prev_hash)[:PREV_LINK_BYTES],
+                                bytes.fromhex(appended.hashes[-1]),
+                                body,
+                            )
+                        )
+                    cursor.run(self._sql.insert_rounds, rows, many=True)
+                    updates = [
+                        (
+                            u.head.generation,
+                            u.head.seq,
+                            u.head.hash,
+                            u.state_digest,
+                            u.head.finished,
+                            now,
+                            u.request_id,
+                            u.expected_generation,
+                        )
+                        for u in plan.head_updates
+                    ]
+                    moved = cursor.run(self._sql.update_head, updates, many=True).rowcount
+                    if moved != len(updates):
+                        raise _RetryError(f"{len(updates) - moved} compare-and-swap(s) lost")
                     if self._signer is not None:
-                        moved_heads = [(u[6], u[0], u[1], u[2], u[3], bool(u[4])) for u in plan.head_updates]
+                        moved_heads = [(u[6], u[0], u[1], u[2], u[3], bool(u[4])) for u in updates]
                         checkpoint = self._publishes % self._checkpoint_every == 0
-                        self._sign_heads(cursor, moved_heads, plan.head_updates[0][5], checkpoint=checkpoint)
+                        self._sign_heads(cursor, moved_heads, now, checkpoint=checkpoint)
             finally:
                 cursor.close()
+            written[:] = plan.appended
             return plan.outcomes
 
         outcomes = self._write("publish rounds", attempt)
         self._publishes += 1
+        self._remember(written)
         return outcomes
+
+    def _remember(self, written: list[AppendedRound]) -> None:
+        """Note the committed rounds' heads and processor digests (the next round may refer to them)."""
+        with self._tails_lock:
+            tails = self._tails
+            for appended in written:
+                pub = appended.prepared.publication
+                if pub.finished:
+                    tails.pop(pub.request_id, None)
+                    continue
+                tails[pub.request_id] = (appended.hashes[-1], pub.staged.processor_after)
+            while len(tails) > _TAILS:
+                del tails[next(iter(tails))]
 
     def events(self, request_id: str | None = None) -> Iterator[StoredEvent]:
         """Stream stored events in (request, seq) order, for one request or all of them.
@@ -382,9 +530,9 @@ class SqlEventLog:
         """
         self._check_open()
         if request_id is None:
-            stream = self._stream(self._sql.all_events, ())
+            stream = self._stream(self._sql.all_events, self._sql.all_rounds, ())
         else:
-            stream = self._stream(self._sql.request_events, (request_id,))
+            stream = self._stream(self._sql.request_events, self._sql.request_rounds, (request_id,))
         self._streams.add(stream)
         return stream
 
@@ -517,42 +665,136 @@ class SqlEventLog:
         if rows:
             cursor.run(self._sql.insert_signature, rows, many=True)
 
-    def _read_heads(self, cursor: _Cursor, request_ids: list[str]) -> dict[str, Head]:
+    def _read_heads(self, cursor: _Cursor, request_ids: list[str]) -> tuple[dict[str, Head], dict[str, int]]:
         heads: dict[str, Head] = {}
+        numbers: dict[str, int] = {}
         for start in range(0, len(request_ids), _IN_CHUNK):
             chunk = tuple(request_ids[start : start + _IN_CHUNK])
             for row in cursor.run(self._sql.heads(len(chunk)), chunk).fetchall():
                 try:
                     heads[row[0]] = Head(int(row[1]), int(row[2]), str(row[3]), bool(row[4]))
+                    numbers[row[0]] = int(row[5])
                 except (TypeError, ValueError):
                     raise LogIntegrityError(
-                        f"request {row[0]!r}: the head row is malformed ({row[1]!r}, {row[2]!r}); "
-                        "audit the log"
+                        f"request {row[0]!r}: the head row is malformed ({row[1]!r}, {row[2]!r}, "
+                        f"request_no {row[5]!r}); audit the log"
                     ) from None
-        return heads
+        return heads, numbers
 
     def _read_rounds(
-        self, cursor: _Cursor, pairs: list[tuple[str, str]]
+        self, cursor: _Cursor, pairs: list[tuple[str, str]], numbers: dict[str, int]
     ) -> dict[tuple[str, str], PublishedRound]:
         known: dict[tuple[str, str], PublishedRound] = {}
+        ids = {number: request_id for request_id, number in numbers.items()}
+        pairs = [pair for pair in pairs if pair[0] in numbers]  # unknown requests: plan_publish refuses
         for start in range(0, len(pairs), _PAIR_CHUNK):
             chunk = pairs[start : start + _PAIR_CHUNK]
-            flat = tuple(value for pair in chunk for value in pair)
+            flat = tuple(value for request_id, round_id in chunk for value in (numbers[request_id], round_id))
             for row in cursor.run(self._sql.rounds(len(chunk)), flat).fetchall():
-                known[(row[0], row[1])] = PublishedRound(int(row[2]), row[3])
+                known[(ids[int(row[0])], row[1])] = PublishedRound(int(row[2]), bytes(row[3]).hex())
         return known
 
-    def _stream(self, sql: str, parameters: tuple[Any, ...]) -> Generator[StoredEvent, None, None]:
+    def _stream(
+        self, events_sql: str, rounds_sql: str, parameters: tuple[Any, ...]
+    ) -> Generator[StoredEvent, None, None]:
         with db_errors("read events"), self._engine.connect() as connection:
             connection = connection.execution_options(**{READ_ONLY: True})
             with connection.begin():
                 raw = connection.connection
-                # PostgreSQL: a named (server-side) cursor streams; SQLite's cursor steps the statement.
-                cursor = raw.cursor(f"specround_events_{id(raw):x}") if self._postgres else raw.cursor()
+                # PostgreSQL: named (server-side) cursors stream; SQLite's cursors step their statements.
+                if self._postgres:
+                    events = raw.cursor(f"specround_events_{id(raw):x}")
+                    rounds = raw.cursor(f"specround_rounds_{id(raw):x}")
+                else:
+                    events, rounds = raw.cursor(), raw.cursor()
                 try:
-                    cursor.execute(sql, parameters)
-                    while rows := cursor.fetchmany(STREAM_BATCH):
-                        for row in rows:
-                            yield decode_event_row(row)
+                    events.execute(events_sql, parameters)
+                    rounds.execute(rounds_sql, parameters)
+                    yield from _merge(_rows(events), _rows(rounds))
                 finally:
-                    cursor.close()
+                    events.close()
+                    rounds.close()
+
+
+def _behind(prepared: Sequence[PreparedRound], heads: dict[str, Head]) -> list[tuple[str, str]]:
+    """The (request, round id) pairs whose publication does not extend its request's head."""
+    pairs = set()
+    for item in prepared:
+        pub = item.publication
+        head = heads.get(pub.request_id)
+        if head is not None and head.generation != pub.expected_generation:
+            pairs.add((pub.request_id, pub.round_id))
+    return sorted(pairs)
+
+
+def _rows(cursor: Any) -> Iterator[Any]:
+    """Every row of an executed DBAPI cursor, fetched :data:`STREAM_BATCH` at a time."""
+    while rows := cursor.fetchmany(STREAM_BATCH):
+        yield from rows
+
+
+def _merge(events: Iterator[Any], rounds: Iterator[Any]) -> Iterator[StoredEvent]:
+    """Both ordered row streams as one stream of events in (request, seq) order, a request at a time.
+
+    Round rows whose ``request_no`` names no request (their request row was deleted) come last, each
+    such number as a request of its own named ``(rounds of request_no N)``: the audit reports them as
+    orphans instead of never seeing them.
+    """
+    orphans: dict[Any, list[Any]] = {}
+    keyed = _keyed(rounds, orphans)
+    pending = next(keyed, None)
+    for row in events:
+        event = decode_event_row(row)
+        request_id = event.request_id
+        while pending is not None and pending[0] < request_id:
+            expanded, pending = _request_rounds(pending, keyed, None)
+            yield from expanded
+        yield event
+        if pending is not None and pending[0] == request_id:
+            opened = event.hash if event.seq == 0 and event.defect is None else None
+            expanded, pending = _request_rounds(pending, keyed, opened)
+            yield from expanded
+    while pending is not None:
+        expanded, pending = _request_rounds(pending, keyed, None)
+        yield from expanded
+    for number, rows in orphans.items():
+        label = f"(rounds of request_no {number!r})"
+        expanded, _ = _request_rounds((label, *rows[0][1:]), iter([(label, *r[1:]) for r in rows[1:]]), None)
+        yield from expanded
+
+
+def _keyed(rounds: Iterator[Any], orphans: dict[Any, list[Any]]) -> Iterator[tuple[Any, ...]]:
+    """Round rows with their request id as ``str``; rows of no request are set aside in ``orphans``."""
+    for row in rounds:
+        if row[0] is None:
+            orphans.setdefault(row[8] if len(row) > 8 else None, []).append(row)
+            continue
+        yield (row_id(row[0]), *row[1:])
+
+
+def _request_rounds(
+    first: Any, rounds: Iterator[Any], opened_hash: str | None
+) -> tuple[list[StoredEvent], Any]:
+    """The events of every round row of ``first``'s request, and the next request's first row.
+
+    The request's rows are read first (memory bounded by one request), so that each row's stored link
+    prefix resolves to the full hash of the row it extends wherever that row is stored.
+    """
+    request_id = first[0]
+    rows = [first]
+    pending = next(rounds, None)
+    while pending is not None and pending[0] == request_id:
+        rows.append(pending)
+        pending = next(rounds, None)
+    finals = [row_blob(row[6]) or b"" for row in rows]
+    links = {final[:PREV_LINK_BYTES]: final.hex() for final in finals if final}
+    if opened_hash is not None:
+        with contextlib.suppress(ValueError):
+            links.setdefault(bytes.fromhex(opened_hash)[:PREV_LINK_BYTES], opened_hash)
+    out: list[StoredEvent] = []
+    previous_processor: str | None = None
+    for row in rows:
+        fallback = out[-1].generation + 1 if out else 1
+        expanded, previous_processor = decode_round_row(row, links, previous_processor, fallback)
+        out.extend(expanded)
+    return out, pending

@@ -5,22 +5,37 @@ exists for: a payload cut short, text that is not JSON (or JSON no parser can ho
 thousands deep), an array where an object belongs, a BLOB where text belongs, a ``'x'`` in an integer
 column. :func:`decode_event_row` turns any row into a :class:`~specround.statemachine.ports.StoredEvent`;
 what was wrong with it is written to its ``defect`` field (the hash chain and replay then refuse the event
-by name), and the fields that could not be read get neutral placeholders. :func:`decode_head_row` raises
+by name), and the fields that could not be read get neutral placeholders. :func:`decode_round_row` does
+the same for a ``rounds`` row (its five events share the row's defect: a body that cannot be read, a BLOB
+column holding text, a generation that is not an integer). :func:`decode_head_row` raises
 :class:`~specround.errors.LogIntegrityError` naming the request and the column instead.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from typing import Any
 
-from specround.canonical import load
+from specround.adapters.sql.round_body import decode_round, raw_payloads
+from specround.adapters.sql.tables import PREV_LINK_BYTES
+from specround.canonical import dumps_trusted, load
 from specround.errors import LogIntegrityError
 from specround.signing import SignatureRow
+from specround.statemachine.events import ROUND_EVENT_KINDS
 from specround.statemachine.ports import LogHead, StoredEvent
 
-__all__ = ["SignatureRow", "decode_event_row", "decode_head_row", "decode_signature_row", "row_text"]
+__all__ = [
+    "SignatureRow",
+    "decode_event_row",
+    "decode_head_row",
+    "decode_round_row",
+    "decode_signature_row",
+    "row_blob",
+    "row_id",
+    "row_text",
+]
 
 _INT64 = 2**63
 
@@ -28,6 +43,16 @@ _INT64 = 2**63
 def row_text(value: Any) -> str | None:
     """A text column's value as ``str``, or None when it holds something else."""
     return value if isinstance(value, str) else None
+
+
+def row_blob(value: Any) -> bytes | None:
+    """A binary column's value as ``bytes``, or None when it holds something else."""
+    return bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else None
+
+
+def row_id(value: Any) -> str:
+    """A request id column's value as the ``str`` the reader groups by (its ``str()`` when not text)."""
+    return value if isinstance(value, str) else str(value)
 
 
 def _ascii(value: Any) -> str | None:
@@ -187,3 +212,132 @@ def decode_signature_row(row: Sequence[Any]) -> SignatureRow:
         signature=signature if isinstance(signature, str) else "",
         defect="; ".join(problems) or None,
     )
+
+
+_UNRESOLVED = "-" * (64 - 2 * PREV_LINK_BYTES)
+"""Pads the stored prefix of a link that names no stored event (a ``prev_hash`` no event has as hash)."""
+
+
+def _round_payloads(
+    body: bytes, request_id: str, round_id: str, generation: int, commit: str, previous: str | None
+) -> tuple[list[dict[str, Any]], list[bytes], list[str | None]]:
+    """The five payloads of a body, their canonical bytes and what is wrong with each (None: nothing).
+
+    A ``RAW`` body keeps each event's stored text, so each is read (and named) on its own; a body that
+    cannot be split into five events raises ValueError.
+    """
+    count = len(ROUND_EVENT_KINDS)
+    try:
+        raw = raw_payloads(body)
+        if raw is None:
+            payloads = decode_round(body, request_id, round_id, generation, commit, previous)
+            if len(payloads) != count or not all(isinstance(p, dict) for p in payloads):
+                raise ValueError("the stored round does not hold five JSON objects")
+            return payloads, [dumps_trusted(payload) for payload in payloads], [None] * count
+    except LogIntegrityError as exc:
+        raise ValueError(str(exc).split(": ", 1)[-1]) from None
+    except ValueError:
+        raise
+    except Exception as exc:  # a cut body, a value no decoder can hold
+        raise ValueError(f"unreadable stored round ({' '.join(str(exc).split())[:120]})") from None
+    objects: list[dict[str, Any]] = []
+    defects: list[str | None] = []
+    for data in raw:
+        why: str | None
+        try:
+            decoded = load(data)
+        except Exception as exc:  # orjson: invalid JSON, a cut payload, 1e400, nesting past its limit
+            decoded, why = {}, f"the payload is not readable JSON ({' '.join(str(exc).split())[:120]})"
+        else:
+            why = None if isinstance(decoded, dict) else f"the payload is a JSON {type(decoded).__name__}"
+        objects.append(decoded if isinstance(decoded, dict) else {})
+        defects.append(why)
+    return objects, list(raw), defects
+
+
+def decode_round_row(
+    row: Sequence[Any],
+    links: dict[bytes, str],
+    previous_processor: str | None,
+    fallback_generation: int = 0,
+) -> tuple[list[StoredEvent], str | None]:
+    """One ``rounds`` row (request id, generation, round id, time, commit, prev, hash, body) as five events.
+
+    ``links`` maps stored link prefixes to full hashes of the request's rows; ``previous_processor`` is the
+    previous round's ``processor_after`` (a compact body may refer to it). Returns the events (seqs
+    ``5g - 4 .. 5g``, inner links recomputed from the payloads) and this round's ``processor_after``. Never
+    raises for a row of eight values: what could not be read is the ``defect`` of all five events, whose
+    payloads are then empty (of one event only, for a ``RAW`` body's unreadable text). A generation that
+    is not an integer is taken as ``fallback_generation`` (the reader passes the previous row's plus one).
+    """
+    request_id, generation, round_id, at, commit, prev, last, body = row[:8]
+    problems: list[str] = []
+    rid = row_id(request_id)
+    if not isinstance(request_id, str):
+        problems.append(f"request_id {_short(request_id)} is not text")
+    generation_ = _integer(generation)
+    if generation_ is None:
+        problems.append(f"generation {_short(generation)} is not a valid generation")
+        generation_ = fallback_generation
+    round_id_ = round_id if isinstance(round_id, str) else str(round_id)
+    if not isinstance(round_id, str):
+        problems.append(f"round_id {_short(round_id)} is not text")
+    at_ = _number(at)
+    if at_ is None:
+        problems.append(f"recorded_at {_short(at)} is not a valid recorded_at")
+        at_ = 0.0
+    blobs: dict[str, bytes] = {}
+    for name, value in (("commit_digest", commit), ("prev_hash", prev), ("hash", last), ("body", body)):
+        blob = row_blob(value)
+        if blob is None:
+            problems.append(f"{name} {_short(value)} is not a BLOB")
+            blob = b""
+        blobs[name] = blob
+    if len(blobs["hash"]) != 32 and "hash" not in " ".join(problems):
+        problems.append(f"hash holds {len(blobs['hash'])} bytes, not 32")
+    count = len(ROUND_EVENT_KINDS)
+    payloads: list[dict[str, Any]] = [{} for _ in range(count)]
+    data: list[bytes] = [b""] * count
+    defects: list[str | None] = [None] * count
+    processor_after: Any = None
+    readable = False
+    if not any(p.startswith(("body ", "commit_digest ", "round_id ")) for p in problems):
+        try:
+            payloads, data, defects = _round_payloads(
+                blobs["body"], rid, round_id_, generation_, blobs["commit_digest"].hex(), previous_processor
+            )
+        except ValueError as exc:
+            problems.append(f"the round body is unreadable: {exc}")
+        else:
+            readable = not any(defects)
+            processor_after = payloads[3].get("processor_after")
+    defect = "; ".join(problems) or None
+    seq = 5 * generation_ - 4
+    prefix = blobs["prev_hash"]
+    link = links.get(prefix) or prefix.hex() + _UNRESOLVED
+    final = blobs["hash"].hex()
+    out: list[StoredEvent] = []
+    sha256 = hashlib.sha256
+    last_index = len(ROUND_EVENT_KINDS) - 1
+    for index, kind in enumerate(ROUND_EVENT_KINDS):
+        payload = payloads[index]
+        version = payload.get("schema_version", 1)
+        following = final if index == last_index else sha256(link.encode("ascii") + data[index]).hexdigest()
+        out.append(
+            StoredEvent(
+                rid,
+                seq + index,
+                kind,
+                round_id_,
+                generation_,
+                version if type(version) is int else 1,
+                payload,
+                link,
+                following,
+                at_,
+                data[index],
+                defect or defects[index],
+            )
+        )
+        link = following
+    return out, processor_after if isinstance(processor_after, str) and readable else None

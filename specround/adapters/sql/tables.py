@@ -5,17 +5,23 @@ metadata is what the log queries against, and a test checks that it matches what
 
 ``requests``
     One row per request: the live projection and the generation fence (current generation, head sequence
-    number and hash, digest of the published state, finished flag) and the state digest it was opened with.
+    number and hash, digest of the published state, finished flag), the state digest it was opened with,
+    and ``request_no``, the compact integer key its rounds are stored under.
 ``events``
-    The append-only, per-request hash-chained log. Hot fields are columns; ``payload`` holds the event's
-    canonical JSON text exactly as it was hashed, so an audit recomputes every link from what is stored.
+    The events that are not part of a round: each request's ``request_opened`` at seq 0. Hot fields are
+    columns; ``payload`` holds the event's canonical JSON text exactly as it was hashed.
+``rounds``
+    One row per published round holding all five of its lifecycle events (seqs ``5g - 4 .. 5g`` of
+    generation ``g``): the round id, commit digest and time as columns, ``prev_hash`` (the chain link the
+    round extends, its first :data:`PREV_LINK_BYTES` bytes) and ``hash`` (the link of its ``round_published``
+    event, 32 raw bytes), and the
+    events' values in ``body`` (:mod:`specround.adapters.sql.round_body`). The links between the five
+    events are recomputed from the rebuilt canonical bytes on reading. Its primary key (request,
+    generation) and unique key (request, round id) are the database half of the fence (INV-6): no two
+    transactions can publish the same generation of a request, and a round id is published at most once.
 ``signatures``
     Signed heads and checkpoints (only a log opened with a key writes them; :mod:`specround.signing`): the
     signed canonical message, the signature, its scheme and key id.
-``publications``
-    One row per published round. Its primary key (request, generation) and unique key (request, round id)
-    are the database half of the fence (INV-6): no two transactions can publish the same generation of a
-    request, and a round id is published at most once.
 
 Identifiers compare byte-wise on both backends (``COLLATE "C"`` on PostgreSQL, SQLite's default BINARY), so
 ``ORDER BY request_id`` agrees with Python's ``sorted``.
@@ -31,6 +37,7 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     String,
@@ -44,11 +51,12 @@ __all__ = [
     "HASH_LENGTH",
     "ID_LENGTH",
     "KIND_LENGTH",
+    "PREV_LINK_BYTES",
     "events",
     "identifier_type",
     "metadata",
-    "publications",
     "requests",
+    "rounds",
     "signatures",
 ]
 
@@ -58,6 +66,9 @@ HASH_LENGTH = 64
 """Hex SHA-256."""
 KIND_LENGTH = 32
 """Longest event kind."""
+PREV_LINK_BYTES = 8
+"""Bytes of the link a stored round extends that its row keeps (the reader resolves them to the full hash
+of the stored round, or ``request_opened`` event, whose hash starts with them)."""
 
 
 def identifier_type() -> TypeEngine[str]:
@@ -80,7 +91,9 @@ requests = Table(
     Column("opened_digest", String(HASH_LENGTH), nullable=False),
     Column("opened_at", Double, nullable=False),
     Column("updated_at", Double, nullable=False),
+    Column("request_no", BigInteger, nullable=True),
     PrimaryKeyConstraint("request_id", name="pk_requests"),
+    Index("uq_requests_request_no", "request_no", unique=True),
 )
 """Live projection and fence: one row per request."""
 
@@ -102,21 +115,21 @@ events = Table(
 )
 """Every event, hash-chained per request, in (request, seq) order."""
 
-publications = Table(
-    "publications",
+rounds = Table(
+    "rounds",
     metadata,
-    Column("request_id", identifier_type(), nullable=False),
+    Column("request_no", BigInteger, nullable=False),
     Column("generation", BigInteger, nullable=False),
     Column("round_id", identifier_type(), nullable=False),
-    Column("commit_digest", String(HASH_LENGTH), nullable=False),
-    Column("successor_digest", String(HASH_LENGTH), nullable=False),
-    Column("event_seq", BigInteger, nullable=False),
     Column("recorded_at", Double, nullable=False),
-    PrimaryKeyConstraint("request_id", "generation", name="pk_publications"),
-    UniqueConstraint("request_id", "round_id", name="uq_publications_round"),
-    ForeignKeyConstraint(["request_id"], ["requests.request_id"], name="fk_publications_request_id"),
+    Column("commit_digest", LargeBinary, nullable=False),
+    Column("prev_hash", LargeBinary, nullable=False),
+    Column("hash", LargeBinary, nullable=False),
+    Column("body", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("request_no", "generation", name="pk_rounds"),
+    UniqueConstraint("request_no", "round_id", name="uq_rounds_round"),
 )
-"""One row per published round: the fence's unique keys (request, generation) and (request, round id)."""
+"""One row per published round: its five events, and the fence's unique keys."""
 
 signatures = Table(
     "signatures",

@@ -40,7 +40,7 @@ def _append_twice(original: Any, _scratch: Scratch) -> Any:
             if entry is None:
                 continue
             known = entry.rounds.get(publication.round_id)
-            if known is not None and known[0] == publication.commit_digest:
+            if known is not None and known.commit_digest == publication.commit_digest:
                 del entry.rounds[publication.round_id]
                 entry.head = replace(entry.head, generation=publication.expected_generation, finished=False)
         return original(self, publications)

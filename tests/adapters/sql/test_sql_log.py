@@ -7,11 +7,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import LargeBinary, bindparam, event, text
 
 from specround.adapters.sql import SqlEventLog, parse_location
 from specround.adapters.sql.engine import SQLITE_PAGE_SIZE
-from specround.canonical import canonical_bytes, chain_hash
+from specround.adapters.sql.round_body import decode_round
+from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
 from specround.errors import (
     InputError,
     InvalidLogUrlError,
@@ -127,19 +128,42 @@ def test_every_write_transaction_begins_immediate(sqlite_path: str) -> None:
 # --- the database fence -----------------------------------------------------------------------------------
 
 
-def test_stored_payload_is_the_hashed_canonical_text(log_url: str) -> None:
-    """INV-9: the audit recomputes every link from the stored text itself."""
+def test_a_round_row_rebuilds_the_hashed_canonical_text(log_url: str) -> None:
+    """INV-9: one row per round, from which the audit recomputes every link of the five events."""
     log = SqlEventLog.open(log_url)
     cfg, state = opened(log, "req-a")
     rounds = run_rounds(cfg, state, 2)
     log.publish([p for p, _ in rounds])
     with log.engine.connect() as connection:
-        rows = connection.execute(text("SELECT seq, prev_hash, hash, payload FROM events ORDER BY seq")).all()
-    events = [e for p, _ in rounds for e in p.events()]
-    assert [row.payload.encode() for row in rows[1:]] == [canonical_bytes(e) for e in events]
-    for row in rows:
-        assert row.hash == chain_hash(row.prev_hash, row.payload.encode())
-    assert [e.payload_bytes for e in log.events()] == [row.payload.encode() for row in rows]
+        rows = connection.execute(
+            text(
+                "SELECT generation, round_id, commit_digest, prev_hash, hash, body FROM rounds "
+                "ORDER BY generation"
+            )
+        ).all()
+        opened_rows = connection.execute(text("SELECT seq, kind FROM events")).all()
+    assert [tuple(row) for row in opened_rows] == [(0, "request_opened")]
+    assert [row.generation for row in rows] == [1, 2]
+    stored = list(log.events())
+    links = [GENESIS_HASH]
+    for item in stored:
+        assert item.payload_bytes is not None
+        assert item.hash == chain_hash(item.prev_hash, item.payload_bytes)
+        assert item.prev_hash == links[-1]
+        links.append(item.hash)
+    previous = None
+    for (publication, _), row in zip(rounds, rows, strict=True):
+        expected = [canonical_bytes(e) for e in publication.events()]
+        rebuilt = decode_round(
+            bytes(row.body), "req-a", row.round_id, row.generation, bytes(row.commit_digest).hex(), previous
+        )
+        previous = rebuilt[3]["processor_after"]
+        assert [canonical_bytes(e) for e in rebuilt] == expected
+        first = 5 * row.generation - 4
+        assert [e.payload_bytes for e in stored[first : first + 5]] == expected
+        assert bytes(row.prev_hash) == bytes.fromhex(stored[first].prev_hash)[:8]
+        assert bytes(row.hash).hex() == stored[first + 4].hash == links[first + 5]
+        assert len(bytes(row.body)) < sum(len(b) for b in expected) // 3  # compact, not the JSON text
     log.close()
 
 
@@ -154,15 +178,16 @@ def test_the_unique_keys_back_up_the_fence(log_url: str) -> None:
     with log.engine.begin() as connection:
         connection.execute(
             text(
-                "INSERT INTO publications (request_id, generation, round_id, commit_digest, "
-                "successor_digest, event_seq, recorded_at) VALUES ('req-a', 1, 'intruder', :d, :d, 5, 0)"
-            ),
-            {"d": "0" * 64},
+                "INSERT INTO rounds (request_no, generation, round_id, recorded_at, commit_digest, "
+                "prev_hash, hash, body) SELECT request_no, 1, 'intruder', 0, :d, :d, :d, :d FROM requests "
+                "WHERE request_id = 'req-a'"
+            ).bindparams(bindparam("d", type_=LargeBinary())),
+            {"d": bytes(32)},
         )
     before = snapshot(log)
     with pytest.raises(LogIntegrityError) as caught:
         log.publish([bystander, publication])
-    assert "publications" in str(caught.value).lower() or "unique" in str(caught.value).lower()
+    assert "rounds" in str(caught.value).lower() or "unique" in str(caught.value).lower()
     assert snapshot(log) == before
     log.close()
 
@@ -244,7 +269,7 @@ def test_a_missing_table_is_a_schema_error(log_url: str) -> None:
     log = SqlEventLog.open(log_url)
     opened(log, "req-a")
     with log.engine.begin() as connection:
-        connection.execute(text("DROP TABLE publications"))
+        connection.execute(text("DROP TABLE rounds"))
     cfg, state = opened(log, "req-b")
     publication, _ = build_round(cfg, state)
     with pytest.raises(SchemaVersionError):

@@ -21,7 +21,7 @@ from specround.errors import SchemaVersionError
 from tests.adapters.eventlog_contract import assert_chains_verify, opened
 from tests.adapters.synthetic_rounds import run_rounds
 
-TABLES = {"alembic_version", "events", "publications", "requests", "signatures"}
+TABLES = {"alembic_version", "events", "requests", "rounds", "signatures"}
 
 
 def _tables(url: str) -> set[str]:

@@ -1,8 +1,8 @@
-"""The generation fence as a pure function: which publications win, and the rows the winners append.
+"""The generation fence as a pure function, shared by every event log: which publications win, and how.
 
-:func:`plan_publish` takes what the publishing transaction read (each request's head, and the rounds
-already published under the batch's round ids) and decides every publication in order, exactly as a
-sequence of compare-and-swaps on the generation would (INV-6):
+:func:`plan_publish` takes what a log read under its lock or transaction (each request's head, and the
+rounds already published under the batch's round ids) and decides every publication in order, exactly as
+a sequence of compare-and-swaps on the generation would (INV-6):
 
 1. a round id already published with the **same** commit digest -> ``ALREADY_PUBLISHED`` (append nothing);
 2. a round id already published with a **different** commit digest -> ``DUPLICATE_ROUND``;
@@ -10,9 +10,11 @@ sequence of compare-and-swaps on the generation would (INV-6):
 4. otherwise -> ``PUBLISHED``: the round's five events are chained onto the head
    (``hash = chain_hash(prev_hash, canonical bytes)``, INV-9) and the head moves to ``generation + 1``.
 
-Each request is decided on its own, so a conflict for one never touches another. A publication for a
-request the log has never seen, or one that tries to extend a finished request, is a caller bug and raises
-before anything is written. No I/O happens here; :mod:`specround.adapters.sql.log` runs the SQL.
+Each request is decided on its own, so a conflict for one never touches another; a later publication of
+the same request in the same call sees the effect of an earlier one. A publication for a request the log
+has never seen, or one that tries to extend a finished request, is a caller bug and raises before anything
+is written. No I/O happens here: :class:`~specround.adapters.memory_log.MemoryEventLog` applies the plan to
+its dictionaries, :class:`~specround.adapters.sql.SqlEventLog` turns it into one ``executemany`` per table.
 """
 
 from __future__ import annotations
@@ -26,11 +28,9 @@ from specround.statemachine.ports import PublishOutcome, PublishStatus, RoundPub
 from specround.statemachine.records import record_bytes
 
 __all__ = [
-    "EVENT_COLUMNS",
-    "HEAD_UPDATE_COLUMNS",
-    "PUBLICATION_COLUMNS",
-    "EventRow",
+    "AppendedRound",
     "Head",
+    "HeadUpdate",
     "PreparedRound",
     "PublishPlan",
     "PublishedRound",
@@ -38,41 +38,13 @@ __all__ = [
     "prepare_round",
 ]
 
-EVENT_COLUMNS = (
-    "request_id",
-    "seq",
-    "kind",
-    "round_id",
-    "generation",
-    "schema_version",
-    "prev_hash",
-    "hash",
-    "recorded_at",
-    "payload",
-)
-"""Column order of :attr:`PublishPlan.event_rows`."""
-
-PUBLICATION_COLUMNS = (
-    "request_id",
-    "generation",
-    "round_id",
-    "commit_digest",
-    "successor_digest",
-    "event_seq",
-    "recorded_at",
-)
-"""Column order of :attr:`PublishPlan.publication_rows`."""
-
-HEAD_UPDATE_COLUMNS = ("generation", "head_seq", "head_hash", "state_digest", "finished", "updated_at")
-"""New values of :attr:`PublishPlan.head_updates`, followed by ``request_id`` and the expected generation."""
-
-EventRow = tuple[str, int, str, str | None, int, int, str, str, float, str]
-"""One ``events`` row in :data:`EVENT_COLUMNS` order."""
+ROUND_EVENTS = 5
+"""Events appended by one published round."""
 
 
 @dataclass(slots=True)
 class Head:
-    """A request's fence row as read inside the publishing transaction."""
+    """A request's fence row as read under the log's lock or inside the publishing transaction."""
 
     generation: int
     seq: int
@@ -82,7 +54,7 @@ class Head:
 
 @dataclass(frozen=True, slots=True)
 class PublishedRound:
-    """A round already in ``publications``."""
+    """A round already published for its request."""
 
     generation: int
     commit_digest: str
@@ -90,25 +62,45 @@ class PublishedRound:
 
 @dataclass(frozen=True, slots=True)
 class PreparedRound:
-    """A validated publication with its events' canonical bytes (computed outside the transaction)."""
+    """A validated publication with its events' canonical bytes (computed before any lock is taken)."""
 
     publication: RoundPublication
-    kinds: tuple[str, ...]
-    schema_versions: tuple[int, ...]
     payloads: tuple[bytes, ...]
-    """``canonical_bytes(event)`` of each event, in append order: what is hashed and stored (computed with
+    """``canonical_bytes(event)`` of each event, in append order: what is hashed (computed with
     :func:`~specround.statemachine.records.record_bytes`, the same bytes without a ``model_dump`` pass)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendedRound:
+    """A winning publication: where its five events go and their hash links."""
+
+    prepared: PreparedRound
+    generation: int
+    first_seq: int
+    """Seq of its ``round_ready`` event (the others follow consecutively)."""
+    prev_hash: str
+    """The head hash the round extends."""
+    hashes: tuple[str, ...]
+    """The link of each of its events; the last is the request's new head hash."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeadUpdate:
+    """One request's new head after the call, with the generation it must still be at (compare-and-swap)."""
+
+    request_id: str
+    expected_generation: int
+    head: Head
+    state_digest: str
 
 
 @dataclass(slots=True)
 class PublishPlan:
-    """The outcome of every publication and the rows the winners append."""
+    """The outcome of every publication, the rounds the winners append and the heads they move."""
 
     outcomes: list[PublishOutcome] = field(default_factory=list)
-    event_rows: list[EventRow] = field(default_factory=list)
-    publication_rows: list[tuple[str, int, str, str, str, int, float]] = field(default_factory=list)
-    head_updates: list[tuple[int, int, str, str, bool, float, str, int]] = field(default_factory=list)
-    """One compare-and-swap per touched request: :data:`HEAD_UPDATE_COLUMNS`, request id, expected gen."""
+    appended: list[AppendedRound] = field(default_factory=list)
+    head_updates: list[HeadUpdate] = field(default_factory=list)
 
 
 def prepare_round(publication: RoundPublication) -> PreparedRound:
@@ -142,21 +134,18 @@ def prepare_round(publication: RoundPublication) -> PreparedRound:
             f"publication {pub.request_id}/{pub.round_id} (expected generation {pub.expected_generation}) "
             f"is inconsistent: {'; '.join(problems)}"
         )
-    return PreparedRound(
-        publication=pub,
-        kinds=tuple(event.kind for event in events),
-        schema_versions=tuple(event.schema_version for event in events),
-        payloads=tuple(record_bytes(event) for event in events),
-    )
+    return PreparedRound(publication=pub, payloads=tuple(record_bytes(event) for event in events))
 
 
 def plan_publish(
     rounds: Sequence[PreparedRound],
     heads: Mapping[str, Head],
     published: Mapping[tuple[str, str], PublishedRound],
-    recorded_at: float,
 ) -> PublishPlan:
-    """Decide each publication in order against ``heads`` and ``published`` (see the module docstring)."""
+    """Decide each publication in order against ``heads`` and ``published`` (see the module docstring).
+
+    ``published`` needs to hold only the batch's (request, round id) pairs that are already published.
+    """
     live = {request_id: Head(h.generation, h.seq, h.hash, h.finished) for request_id, h in heads.items()}
     start_generation = {request_id: h.generation for request_id, h in heads.items()}
     known = dict(published)
@@ -182,53 +171,25 @@ def plan_publish(
             )
         else:
             status, generation = PublishStatus.PUBLISHED, pub.expected_generation + 1
-            _append_round(plan, prepared, head, generation, recorded_at)
+            plan.appended.append(_append(prepared, head, generation))
             known[(pub.request_id, pub.round_id)] = PublishedRound(generation, pub.commit_digest)
             state_digests[pub.request_id] = pub.successor_digest
         plan.outcomes.append(PublishOutcome(pub.request_id, pub.round_id, status, generation))
     for request_id, state_digest in state_digests.items():
-        head = live[request_id]
         plan.head_updates.append(
-            (
-                head.generation,
-                head.seq,
-                head.hash,
-                state_digest,
-                head.finished,
-                recorded_at,
-                request_id,
-                start_generation[request_id],
-            )
+            HeadUpdate(request_id, start_generation[request_id], live[request_id], state_digest)
         )
     return plan
 
 
-def _append_round(
-    plan: PublishPlan, prepared: PreparedRound, head: Head, generation: int, recorded_at: float
-) -> None:
-    pub = prepared.publication
-    seq, prev_hash = head.seq, head.hash
-    for kind, version, payload in zip(
-        prepared.kinds, prepared.schema_versions, prepared.payloads, strict=True
-    ):
-        seq += 1
-        link = chain_hash(prev_hash, payload)
-        plan.event_rows.append(
-            (
-                pub.request_id,
-                seq,
-                kind,
-                pub.round_id,
-                generation,
-                version,
-                prev_hash,
-                link,
-                recorded_at,
-                payload.decode("utf-8"),
-            )
-        )
-        prev_hash = link
-    plan.publication_rows.append(
-        (pub.request_id, generation, pub.round_id, pub.commit_digest, pub.successor_digest, seq, recorded_at)
-    )
-    head.generation, head.seq, head.hash, head.finished = generation, seq, prev_hash, pub.finished
+def _append(prepared: PreparedRound, head: Head, generation: int) -> AppendedRound:
+    """Chain a winning round onto ``head`` and move the head past it."""
+    prev_hash = link = head.hash
+    hashes = []
+    for payload in prepared.payloads:
+        link = chain_hash(link, payload)
+        hashes.append(link)
+    appended = AppendedRound(prepared, generation, head.seq + 1, prev_hash, tuple(hashes))
+    head.generation, head.seq, head.hash = generation, head.seq + len(hashes), link
+    head.finished = prepared.publication.finished
+    return appended

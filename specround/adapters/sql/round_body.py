@@ -1,0 +1,528 @@
+"""The compact binary body of one stored round: its five lifecycle events, losslessly.
+
+A published round is stored as one ``rounds`` row (see :mod:`specround.adapters.sql.tables`). The row's
+columns carry the request, generation, round id, commit digest, time and the two ends of the round's hash
+chain; the body carries everything else of the five events (``round_ready`` .. ``round_published``).
+:func:`decode_round` rebuilds each event's canonical JSON object exactly, so ``canonical_bytes`` of the
+rebuilt payloads are the bytes that were hashed when the round was published, and every hash link is
+recomputed from them on reading.
+
+Layout (little-endian). Byte 0 is the form:
+
+``COMPACT`` (1)
+    byte 1 packs the type codes of the arrays that follow (bits 0-1: the small-integer array, bits 2-3:
+    the wide-integer array, ``B``/``H``/``I``/``q`` for codes 0-3; bits 4 and 5: the two float arrays
+    stored as float32, used only when every float of the array is exactly a float32, float64 otherwise).
+    Then the small-integer array (always :data:`SMALL_FIELDS` entries: list lengths, flags, enum codes,
+    draw counts and the fields that follow from others as differences, e.g. ``expected_generation``
+    against the row's generation and the RNG counters against ``rng_before``), the wide-integer array
+    (``rng_before`` and the token-id lists), the two float arrays (the rows' probabilities ``q_draft``,
+    ``p_draft``, ``terminal_p`` and ``terminal_q``; then the uniforms, the draw brackets and the timings) and
+    the raw 32-byte values of the digests, each in event order. ``processor_before`` is left out when it
+    equals the previous round's ``processor_after`` (flagged; the reader passes that digest in). The event
+    kinds, the request and round ids, the schema version and the commit digest are implied by the row.
+``RAW`` (2)
+    the five canonical JSON texts, each preceded by its ``uint32`` length (for events whose shape the
+    compact form does not cover, e.g. an older schema version or a value outside its types).
+
+:func:`encode_round` chooses ``COMPACT`` only when every value has exactly the type the compact form
+restores (``int`` not ``bool``, ``float`` not ``int``, lowercase 64-hex digests, known enum values, the
+exact key set), and ``RAW`` otherwise, so no input can be stored lossily.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from specround.errors import LogIntegrityError
+
+__all__ = ["COMPACT", "RAW", "SMALL_FIELDS", "decode_round", "encode_raw", "encode_round", "raw_payloads"]
+
+COMPACT = 1
+RAW = 2
+
+_INT_CODES = ("B", "H", "I", "q")
+_INT_LIMITS = (0xFF, 0xFFFF, 0xFFFF_FFFF)
+_TERMINALS = ("correction", "bonus", "stop")
+_TERMINAL_CODE = {name: code for code, name in enumerate(_TERMINALS)}
+_REASONS = (None, "stop", "length")
+_REASON_CODE = {name: code for code, name in enumerate(_REASONS)}
+_OPTIONAL_FLOATS = (
+    "terminal_uniform",
+    "residual_mass",
+    "terminal_mass_before",
+    "terminal_token_mass",
+    "terminal_p",
+    "terminal_q",
+)
+_FIRST_MASS = 4
+"""Optional floats from this index on are probabilities of the rows (float32 when the rows were)."""
+_TIMINGS = ("draft_s", "queue_s", "state_s", "verify_s")
+_TIMING_KEYS = frozenset(_TIMINGS)
+_ENVELOPE = ("kind", "request_id", "round_id", "schema_version")
+_KEYS = {
+    "round_ready": frozenset(
+        (
+            *_ENVELOPE,
+            "expected_generation",
+            "coordinate_digest",
+            "draft_ids",
+            "q_draft",
+            "proposal_before",
+            "proposal_after",
+            "q_rows_digest",
+        )
+    ),
+    "round_verified": frozenset((*_ENVELOPE, "p_draft", "verify_rows", "p_rows_digest")),
+    "round_decided": frozenset(
+        (
+            *_ENVELOPE,
+            "accepted",
+            "terminal",
+            "emitted_ids",
+            "accept_counter",
+            "accept_draws",
+            "accept_uniforms",
+            "terminal_counter",
+            "terminal_draws",
+            "terminal_row",
+            "degenerate_correction",
+            "finished",
+            "finish_reason",
+            *_OPTIONAL_FLOATS,
+        )
+    ),
+    "round_staged": frozenset(
+        (
+            *_ENVELOPE,
+            "committed_kv_ids",
+            "discarded_kv_ids",
+            "processor_before",
+            "processor_after",
+            "rng_before",
+            "rng_after",
+            "successor_digest",
+        )
+    ),
+    "round_published": frozenset((*_ENVELOPE, "generation", "commit_digest", "timings")),
+}
+_KINDS = ("round_ready", "round_verified", "round_decided", "round_staged", "round_published")
+_SCHEMA_VERSION = 1
+SMALL_FIELDS = 30
+"""Entries of the small-integer array of a ``COMPACT`` body."""
+_SEQUENCE_TYPES = {list, tuple}
+
+
+class _NotCompactError(Exception):
+    """A value the compact form cannot restore exactly: the round is stored ``RAW``."""
+
+
+def encode_raw(payloads: Sequence[bytes]) -> bytes:
+    """The ``RAW`` body of a round: its five canonical JSON texts."""
+    parts = [bytes((RAW,))]
+    for payload in payloads:
+        parts.append(len(payload).to_bytes(4, "little"))
+        parts.append(payload)
+    return b"".join(parts)
+
+
+def encode_round(
+    events: Sequence[Mapping[str, Any]],
+    request_id: str,
+    round_id: str,
+    generation: int,
+    commit_digest: str,
+    payloads: Sequence[bytes],
+    previous_processor: str | None = None,
+) -> bytes:
+    """The body of a round from its five events' values (record fields or decoded JSON objects).
+
+    ``payloads`` are the events' canonical bytes, stored as they are when the values do not fit the
+    compact form exactly. ``generation`` and ``commit_digest`` are the row's columns; ``previous_processor``
+    is the previous round's ``processor_after`` when the reader will have it (None: store it in full).
+    """
+    try:
+        return _encode_compact(events, request_id, round_id, generation, commit_digest, previous_processor)
+    except _NotCompactError:
+        return encode_raw(payloads)
+
+
+def _check(event: Mapping[str, Any], kind: str, request_id: str, round_id: str) -> None:
+    if (
+        event.keys() != _KEYS[kind]
+        or event["kind"] != kind
+        or type(event["schema_version"]) is not int
+        or event["schema_version"] != _SCHEMA_VERSION
+        or event["request_id"] != request_id
+        or event["round_id"] != round_id
+        or type(event["request_id"]) is not str
+        or type(event["round_id"]) is not str
+    ):
+        raise _NotCompactError
+
+
+def _flag(value: Any) -> int:
+    if type(value) is not bool:
+        raise _NotCompactError
+    return 1 if value else 0
+
+
+def _code(values: list[int]) -> int:
+    if not values:
+        return 0
+    if min(values) < 0:
+        return 3
+    high = max(values)
+    return next((code for code, limit in enumerate(_INT_LIMITS) if high <= limit), 3)
+
+
+def _encode_compact(
+    events: Sequence[Mapping[str, Any]],
+    request_id: str,
+    round_id: str,
+    generation: int,
+    commit_digest: str,
+    previous_processor: str | None,
+) -> bytes:
+    if len(events) != len(_KINDS):
+        raise _NotCompactError
+    ready, verified, decided, staged, published = events
+    for event, kind in zip(events, _KINDS, strict=True):
+        _check(event, kind, request_id, round_id)
+    try:
+        drafts, q_draft, q_rows = ready["draft_ids"], ready["q_draft"], ready["q_rows_digest"]
+        p_draft, p_rows = verified["p_draft"], verified["p_rows_digest"]
+        uniforms, emitted = decided["accept_uniforms"], decided["emitted_ids"]
+        committed, discarded = staged["committed_kv_ids"], staged["discarded_kv_ids"]
+        rng_before, rng_after = staged["rng_before"], staged["rng_after"]
+        sequences = (drafts, q_draft, p_draft, uniforms, emitted, committed, discarded, rng_before, rng_after)
+        if not set(map(type, sequences)) <= _SEQUENCE_TYPES or len(rng_before) != 3 or len(rng_after) != 3:
+            raise _NotCompactError
+        row = decided["terminal_row"]
+        scalars = (
+            ready["expected_generation"],
+            ready["proposal_before"],
+            ready["proposal_after"],
+            verified["verify_rows"],
+            decided["accepted"],
+            decided["accept_counter"],
+            decided["accept_draws"],
+            decided["terminal_counter"],
+            decided["terminal_draws"],
+            published["generation"],
+            0 if row is None else row,
+            *rng_before,
+            *rng_after,
+        )
+        if set(map(type, scalars)) != {int}:
+            raise _NotCompactError
+        mask = 0
+        drawn: list[Any] = []
+        masses: list[Any] = []
+        for bit, name in enumerate(_OPTIONAL_FLOATS):
+            value = decided[name]
+            if value is not None:
+                mask |= 1 << bit
+                (masses if bit >= _FIRST_MASS else drawn).append(value)
+        before = staged["processor_before"]
+        reference = previous_processor is not None and before == previous_processor
+        timings = published["timings"]
+        small = [
+            generation - 1 - ready["expected_generation"],
+            ready["proposal_before"] - rng_before[0],
+            ready["proposal_after"] - rng_after[0],
+            len(drafts),
+            len(q_draft),
+            0 if q_rows is None else 1,
+            verified["verify_rows"],
+            len(p_draft),
+            0 if p_rows is None else 1,
+            decided["accepted"],
+            _TERMINAL_CODE[decided["terminal"]],
+            decided["accept_counter"] - rng_before[1],
+            decided["accept_draws"],
+            decided["terminal_counter"] - rng_before[2],
+            decided["terminal_draws"],
+            0 if row is None else row + 1,
+            _flag(decided["degenerate_correction"]),
+            _flag(decided["finished"]),
+            _REASON_CODE[decided["finish_reason"]],
+            mask,
+            len(uniforms),
+            len(emitted),
+            len(committed),
+            len(discarded),
+            rng_after[0] - rng_before[0],
+            rng_after[1] - rng_before[1],
+            rng_after[2] - rng_before[2],
+            generation - published["generation"],
+            0 if timings is None else 1,
+            1 if reference else 0,
+        ]
+        wide = [*rng_before, *drafts, *emitted, *committed, *discarded]
+        probabilities = [*q_draft, *p_draft, *masses]
+        others = [*uniforms, *drawn]
+        if timings is not None:
+            values = timings if isinstance(timings, dict) else timings.__dict__
+            if values.keys() != _TIMING_KEYS:
+                raise _NotCompactError
+            others += [values[name] for name in _TIMINGS]
+        digests = [ready["coordinate_digest"]]
+        if q_rows is not None:
+            digests.append(q_rows)
+        if p_rows is not None:
+            digests.append(p_rows)
+        if not reference:
+            digests.append(before)
+        digests += (staged["processor_after"], staged["successor_digest"])
+        if published["commit_digest"] != commit_digest or type(published["commit_digest"]) is not str:
+            raise _NotCompactError
+    except (KeyError, TypeError) as exc:  # an unknown enum value, a non-sequence, a wrong type
+        raise _NotCompactError from exc
+    if not set(map(type, wide)) <= {int} or not set(map(type, probabilities + others)) <= {float}:
+        raise _NotCompactError
+    if not set(map(type, digests)) <= {str} or any(len(value) != 64 for value in digests):
+        raise _NotCompactError
+    joined = "".join(digests)
+    try:
+        digest_bytes = bytes.fromhex(joined)
+    except ValueError as exc:
+        raise _NotCompactError from exc
+    if digest_bytes.hex() != joined:  # uppercase hex would come back lowercase
+        raise _NotCompactError
+    small_code, wide_code = _code(small), _code(wide)
+    try:
+        small_array = array(_INT_CODES[small_code], small)
+        wide_array = array(_INT_CODES[wide_code], wide)
+    except OverflowError as exc:  # beyond int64
+        raise _NotCompactError from exc
+    first, first_narrow = _floats(probabilities)
+    second, second_narrow = _floats(others)
+    header = bytes((COMPACT, small_code | wide_code << 2 | first_narrow << 4 | second_narrow << 5))
+    return b"".join((header, small_array.tobytes(), wide_array.tobytes(), first, second, digest_bytes))
+
+
+def _floats(values: list[float]) -> tuple[bytes, int]:
+    """The bytes of a float array, and 1 when they are float32 (every value exactly a float32)."""
+    wide = array("d", values)
+    try:
+        narrow = array("f", values)
+    except OverflowError:
+        return wide.tobytes(), 0
+    if array("d", narrow) == wide:
+        return narrow.tobytes(), 1
+    return wide.tobytes(), 0
+
+
+def decode_round(
+    body: bytes,
+    request_id: str,
+    round_id: str,
+    generation: int,
+    commit_digest: str,
+    previous_processor: str | None = None,
+) -> list[dict[str, Any]]:
+    """The five events of a round as canonical JSON objects (what ``load(canonical_bytes(event))`` gives).
+
+    ``previous_processor`` is the previous round's ``processor_after`` (needed when the body refers to
+    it). Raises :class:`~specround.errors.LogIntegrityError` for a body that cannot be read.
+    """
+    try:
+        form = body[0]
+        if form == COMPACT:
+            return _decode_compact(body, request_id, round_id, generation, commit_digest, previous_processor)
+        if form == RAW:
+            return _decode_raw(body)
+    except (IndexError, ValueError, TypeError, KeyError) as exc:
+        raise LogIntegrityError(
+            f"request {request_id!r} round {round_id!r}: unreadable stored round ({exc})"
+        ) from exc
+    raise LogIntegrityError(f"request {request_id!r} round {round_id!r}: unknown stored round form {form}")
+
+
+def raw_payloads(body: bytes) -> list[bytes] | None:
+    """The stored canonical texts of a ``RAW`` body (None for a ``COMPACT`` one)."""
+    if body[0] != RAW:
+        return None
+    out, at = [], 1
+    for _ in _KINDS:
+        size = int.from_bytes(body[at : at + 4], "little")
+        out.append(bytes(body[at + 4 : at + 4 + size]))
+        at += 4 + size
+    if at != len(body):
+        raise ValueError("trailing bytes after the fifth event")
+    return out
+
+
+def _decode_raw(body: bytes) -> list[dict[str, Any]]:
+    from specround.canonical import load
+
+    payloads = raw_payloads(body)
+    assert payloads is not None
+    return [load(payload) for payload in payloads]
+
+
+def _decode_compact(
+    body: bytes,
+    request_id: str,
+    round_id: str,
+    generation: int,
+    commit_digest: str,
+    previous_processor: str | None,
+) -> list[dict[str, Any]]:
+    codes = body[1]
+    small_array = array(_INT_CODES[codes & 3])
+    end = 2 + SMALL_FIELDS * small_array.itemsize
+    small_array.frombytes(body[2:end])
+    (
+        expected_delta,
+        before_delta,
+        after_delta,
+        n_drafts,
+        n_q,
+        q_flag,
+        verify_rows,
+        n_p,
+        p_flag,
+        accepted,
+        terminal,
+        counter_delta,
+        accept_draws,
+        terminal_delta,
+        terminal_draws,
+        row,
+        degenerate,
+        finished,
+        reason,
+        mask,
+        n_u,
+        n_e,
+        n_c,
+        n_d,
+        moved0,
+        moved1,
+        moved2,
+        generation_delta,
+        t_flag,
+        reference,
+    ) = small_array.tolist()
+    wide_array = array(_INT_CODES[codes >> 2 & 3])
+    start, end = end, end + (3 + n_drafts + n_e + n_c + n_d) * wide_array.itemsize
+    wide_array.frombytes(body[start:end])
+    n_masses = bin(mask >> _FIRST_MASS).count("1")
+    n_drawn = bin(mask & ((1 << _FIRST_MASS) - 1)).count("1")
+    first = array("f" if codes & 16 else "d")
+    start, end = end, end + (n_q + n_p + n_masses) * first.itemsize
+    first.frombytes(body[start:end])
+    second = array("f" if codes & 32 else "d")
+    start, end = end, end + (n_u + n_drawn + 4 * t_flag) * second.itemsize
+    second.frombytes(body[start:end])
+    hexes = body[end:].hex()
+    n_digests = 3 + q_flag + p_flag + (0 if reference else 1)
+    if len(hexes) != 64 * n_digests or codes > 63:
+        raise ValueError("the stored round's digests do not match its flags")
+    if reference and previous_processor is None:
+        raise ValueError("the round refers to a previous round's processor digest that is not there")
+    w = wide_array.tolist()
+    p = first.tolist()
+    f = second.tolist()
+    rng_before = w[0:3]
+    at = 3
+    drafts = w[at : at + n_drafts]
+    at += n_drafts
+    emitted = w[at : at + n_e]
+    at += n_e
+    committed = w[at : at + n_c]
+    at += n_c
+    discarded = w[at : at + n_d]
+    rng_after = [rng_before[0] + moved0, rng_before[1] + moved1, rng_before[2] + moved2]
+    d = 64
+    ready = {
+        "kind": "round_ready",
+        "schema_version": _SCHEMA_VERSION,
+        "request_id": request_id,
+        "round_id": round_id,
+        "expected_generation": generation - 1 - expected_delta,
+        "coordinate_digest": hexes[0:64],
+        "draft_ids": drafts,
+        "q_draft": p[0:n_q],
+        "proposal_before": rng_before[0] + before_delta,
+        "proposal_after": rng_after[0] + after_delta,
+        "q_rows_digest": None,
+    }
+    if q_flag:
+        ready["q_rows_digest"] = hexes[d : d + 64]
+        d += 64
+    y = n_q + n_p
+    verified = {
+        "kind": "round_verified",
+        "schema_version": _SCHEMA_VERSION,
+        "request_id": request_id,
+        "round_id": round_id,
+        "p_draft": p[n_q:y],
+        "verify_rows": verify_rows,
+        "p_rows_digest": None,
+    }
+    if p_flag:
+        verified["p_rows_digest"] = hexes[d : d + 64]
+        d += 64
+    decided = {
+        "kind": "round_decided",
+        "schema_version": _SCHEMA_VERSION,
+        "request_id": request_id,
+        "round_id": round_id,
+        "accepted": accepted,
+        "terminal": _TERMINALS[terminal],
+        "emitted_ids": emitted,
+        "accept_counter": rng_before[1] + counter_delta,
+        "accept_draws": accept_draws,
+        "accept_uniforms": f[0:n_u],
+        "terminal_counter": rng_before[2] + terminal_delta,
+        "terminal_draws": terminal_draws,
+        "terminal_row": row - 1 if row else None,
+        "degenerate_correction": degenerate == 1,
+        "finished": finished == 1,
+        "finish_reason": _REASONS[reason],
+    }
+    x = n_u
+    for bit, name in enumerate(_OPTIONAL_FLOATS):
+        if not mask >> bit & 1:
+            decided[name] = None
+        elif bit >= _FIRST_MASS:
+            decided[name] = p[y]
+            y += 1
+        else:
+            decided[name] = f[x]
+            x += 1
+    if reference:
+        before = previous_processor
+    else:
+        before = hexes[d : d + 64]
+        d += 64
+    staged = {
+        "kind": "round_staged",
+        "schema_version": _SCHEMA_VERSION,
+        "request_id": request_id,
+        "round_id": round_id,
+        "committed_kv_ids": committed,
+        "discarded_kv_ids": discarded,
+        "rng_before": rng_before,
+        "rng_after": rng_after,
+        "processor_before": before,
+        "processor_after": hexes[d : d + 64],
+        "successor_digest": hexes[d + 64 : d + 128],
+    }
+    published = {
+        "kind": "round_published",
+        "schema_version": _SCHEMA_VERSION,
+        "request_id": request_id,
+        "round_id": round_id,
+        "generation": generation - generation_delta,
+        "commit_digest": commit_digest,
+        "timings": dict(zip(_TIMINGS, f[x : x + 4], strict=True)) if t_flag else None,
+    }
+    if len(f) != x + 4 * t_flag or len(p) != y or mask >> len(_OPTIONAL_FLOATS):
+        raise ValueError("the stored round has values left over")
+    return [ready, verified, decided, staged, published]
