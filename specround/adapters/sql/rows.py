@@ -86,7 +86,10 @@ def _short(value: Any) -> str:
 
 
 def decode_event_row(row: Sequence[Any]) -> StoredEvent:
-    """One ``events`` row (in :data:`~specround.adapters.sql.fence.EVENT_COLUMNS` order) as a stored event.
+    """One ``events`` row as a stored event.
+
+    The row's values: request id, seq, kind, round id, generation, schema version, prev hash, hash, time,
+    payload text.
 
     Never raises for a row of ten values: every problem is named in ``defect``.
     """

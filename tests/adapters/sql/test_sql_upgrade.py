@@ -22,10 +22,11 @@ from typer.testing import CliRunner
 from specround.adapters.sql import SqlEventLog, database_status, head_revision, upgrade_database
 from specround.adapters.sql.engine import build_engine, parse_location
 from specround.adapters.sql.migrate import alembic_config
-from specround.audit import audit_log
+from specround.audit import audit_log, audit_signatures
 from specround.audit.run import replay_against_heads
 from specround.cli import app
 from specround.errors import LogIntegrityError
+from specround.signing import HmacSigner, checkpoint_message, head_message
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOGS = ("v0001_generate", "v0001_controller")
@@ -173,3 +174,33 @@ def test_a_damaged_0001_log_is_refused_and_left_as_it_was(sqlite_path: str) -> N
         assert connection.execute("SELECT count(*) FROM events").fetchone()[0] == len(rows["events"])
     finally:
         connection.close()
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_a_signed_0002_log_upgrades_with_its_signatures_still_valid(sqlite_path: str, name: str) -> None:
+    """A log at ``0002_signatures`` (one row per event, signed heads and a checkpoint) upgrades to head."""
+    rows = _fixture_rows(name)
+    _load_at_0001(sqlite_path, rows)
+    assert upgrade_database(sqlite_path, "0002_signatures").current == "0002_signatures"
+    signer = HmacSigner(b"an upgrade test key, 16+ bytes")
+    heads = [
+        (str(r[0]), int(r[1]), int(r[2]), str(r[3]), str(r[4]), bool(r[5])) for r in sorted(rows["requests"])
+    ]
+    messages = [("head", head[0], head_message(*head, 1.0)) for head in heads]
+    messages.append(("checkpoint", None, checkpoint_message(heads, 1.0)))
+    connection = sqlite3.connect(sqlite_path)
+    with connection:
+        connection.executemany(
+            "INSERT INTO signatures (scope, request_id, scheme, key_id, message, signature, recorded_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, 1.0)",
+            [
+                (scope, rid, signer.scheme, signer.key_id, message.decode(), signer.sign(message))
+                for scope, rid, message in messages
+            ],
+        )
+    connection.close()
+    assert upgrade_database(sqlite_path).current == head_revision() == "0003"
+    with SqlEventLog.open(sqlite_path, create=False) as log:
+        assert audit_log(log).ok
+        assert audit_signatures(log, signer) == []
+        assert len(log.signature_rows()) == len(heads) + 1
