@@ -186,7 +186,15 @@ def sql_round_rows(log: SqlEventLog, filters: ReportFilter | None = None) -> Ite
                     )
                     parts = {str(event.get("kind")): event for event in events}
                     yield _row_from_payloads(request_id, float(recorded_at), parts)
-                except (LogIntegrityError, KeyError, TypeError, ValueError):
+                except (
+                    LogIntegrityError,
+                    AttributeError,
+                    IndexError,
+                    KeyError,
+                    OverflowError,
+                    TypeError,
+                    ValueError,
+                ):  # a damaged row: left out of the report, named by the audit
                     continue
 
 
