@@ -55,7 +55,7 @@ class CompactReport:
     moved: tuple[str, ...]
     """Request ids now only in the archive."""
     events: int
-    """Event rows moved."""
+    """Events moved (a ``rounds`` row counts as its five events)."""
 
 
 def _mark(connection: Connection) -> str:
