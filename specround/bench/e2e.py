@@ -7,6 +7,10 @@ every temperature (greedy and 0.7 by default):
 
 ``specround plain``
     The serving loop with K = 0 (plain decoding through the controller and the SQLite log).
+``specround plain (A/A)``
+    The same case again, as a control: its ``vs_plain`` is a ratio of two identical engines, so how far it
+    strays from 1.0 is the run's noise, measured rather than guessed (it is never a target, nor the "best
+    specround case").
 ``specround <draft> K=<k>`` and ``specround <draft> K=auto``
     Each proposer (n-gram lookup, early exit, the target's bfloat16-rounded copy as draft model) with the
     fixed K and with the adaptive policy.
@@ -396,6 +400,10 @@ def _summarise(
     )
 
 
+AA_CASE = "specround plain (A/A)"
+"""The control case: plain decoding again (its ratio to ``specround plain`` is the run's noise)."""
+
+
 def _counterpart(case: _Case, k: int) -> str | None:
     """The transformers case with the same draft and K as a specround case."""
     if case.engine != "specround" or case.k == "auto":
@@ -445,7 +453,7 @@ def run_e2e_bench(
         ]
         for cls, prompts in prompts_by_class.items()
     }
-    cases = [_Case("specround plain", "specround", None, "0")]
+    cases = [_Case("specround plain", "specround", None, "0"), _Case(AA_CASE, "specround", None, "0")]
     for draft in drafts:
         cases.append(_Case(f"specround {draft} K={k}", "specround", draft, str(k)))
         cases.append(_Case(f"specround {draft} K=auto", "specround", draft, "auto"))

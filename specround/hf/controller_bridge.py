@@ -1,8 +1,8 @@
 """Every call :mod:`specround.hf` makes to the round controller, in one place.
 
 The transformers path opens one request per batch row and publishes each step's rounds as ONE controller
-``step`` (one batched decision, one group commit). Nothing else in :mod:`specround.hf` touches the
-controller, so a batched step API can replace :meth:`ControllerBridge.step` here alone.
+``step_batch`` (one batched decision, one group commit). Nothing else in :mod:`specround.hf` touches the
+controller.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 import torch
 
 from specround.sampling.processors.chain import ProcessorChain
-from specround.sampling.types import Layout
+from specround.sampling.types import PAD_ID, Layout
 from specround.statemachine.controller import RoundController
 from specround.statemachine.events import RoundTimings
 from specround.statemachine.ports import EventLog
-from specround.statemachine.rounds import RoundInput, RoundResult
+from specround.statemachine.rounds import RoundResult
 from specround.statemachine.state import RequestState
 
 __all__ = ["ControllerBridge", "RoundRequest"]
@@ -101,22 +101,38 @@ class ControllerBridge:
         return self._controller.processors(request_id)
 
     def step(self, rounds: Sequence[RoundRequest]) -> list[RoundResult]:
-        """Publish the rounds of one step as ONE controller step (results in input order)."""
-        inputs = [
-            RoundInput(
-                request_id=r.request_id,
-                coordinate_digest=self._controller.coordinate_digest(r.request_id),
-                draft_ids=r.draft_ids,
-                q_rows=r.q_rows.to(r.p_rows.dtype) if r.q_rows is not None and r.draft_ids else None,
-                p_rows=r.p_rows,
-                branch=r.branch,
-                proposal_draws=r.proposal_draws,
-                verify_rows=r.verify_rows,
-                timings=r.timings,
-            )
-            for r in rounds
-        ]
-        return self._controller.step(inputs)
+        """Publish the rounds of one step as ONE batched controller step (results in input order).
+
+        The rows are padded once into the batch tensors of
+        :meth:`~specround.statemachine.controller.RoundController.step_batch` (drafts [B, K], q [B, K, V],
+        p [B, K+1, V]); each row is bound to its request's current coordinate.
+        """
+        if not rounds:
+            return []
+        width = max(len(r.draft_ids) for r in rounds)
+        first = rounds[0].p_rows
+        n, vocab = len(rounds), first.shape[-1]
+        p = first.new_zeros((n, width + 1, vocab))  # [B, K+1, V]
+        q = first.new_zeros((n, width, vocab))  # [B, K, V]
+        draft_ids = torch.full((n, width), PAD_ID, dtype=torch.int64)  # [B, K]
+        for b, r in enumerate(rounds):
+            k = len(r.draft_ids)
+            p[b, : k + 1] = r.p_rows
+            if k:
+                assert r.q_rows is not None
+                q[b, :k] = r.q_rows
+                draft_ids[b, :k] = torch.tensor(r.draft_ids, dtype=torch.int64)
+        return self._controller.step_batch(
+            [r.request_id for r in rounds],
+            draft_ids,
+            torch.tensor([len(r.draft_ids) for r in rounds], dtype=torch.int64),
+            q,
+            p,
+            proposal_draws=[r.proposal_draws for r in rounds],
+            branches=[r.branch for r in rounds],
+            verify_rows=[r.verify_rows for r in rounds],
+            timings=[r.timings for r in rounds],
+        ).results()
 
     def state(self, request_id: str) -> RequestState:
         """The request's published state."""

@@ -105,8 +105,26 @@ def check_batch_structure(batch: SamplerBatch) -> None:
     _check_batch_values(batch)
 
 
+_TENSOR_FIELDS = (
+    "p",
+    "q",
+    "draft_ids",
+    "draft_lens",
+    "stop_ids",
+    "remaining",
+    "seeds",
+    "accept_counters",
+    "terminal_counters",
+)
+"""Every field of a :class:`SamplerBatch` (all tensors)."""
+
+
 def check_batch_shapes(batch: SamplerBatch) -> None:
     """The shape, dtype and device part of :func:`check_batch_structure` (plain Python, no tensor op)."""
+    for name in _TENSOR_FIELDS:
+        value = getattr(batch, name)
+        if not isinstance(value, torch.Tensor):
+            raise ShapeMismatchError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
     p, q = batch.p, batch.q
     if p.dim() != 3 or q.dim() != 3:
         raise ShapeMismatchError(

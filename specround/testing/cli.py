@@ -226,6 +226,7 @@ def _run(
         alpha=alpha,
         draft=draft,
         base_seed=seed,
+        batch_size=32,  # transformers' assisted decoding is sequential: small batches only pace the progress
         trace_requests=trace,
         progress=lambda line: typer.echo(line, err=True),
     )

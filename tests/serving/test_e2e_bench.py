@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specround.bench.e2e import default_prompts_dir, load_prompt_classes, run_e2e_bench
+from specround.bench.e2e import AA_CASE, default_prompts_dir, load_prompt_classes, run_e2e_bench
 from specround.errors import InvalidRequestError
 
 
@@ -33,9 +33,11 @@ def test_a_tiny_run_reports_every_case(tmp_path: Path) -> None:
         threads=1,
     )
     cases = [r.case for r in report.results]
-    assert cases == ["specround plain", "specround ngram K=2", "specround ngram K=auto"]
-    plain, fixed, auto = report.results
+    assert cases == ["specround plain", AA_CASE, "specround ngram K=2", "specround ngram K=auto"]
+    plain, control, fixed, auto = report.results
     assert plain.vs_plain == pytest.approx(1.0) and plain.samples == 2
+    assert control.samples == 2 and control.vs_plain is not None and control.vs_plain > 0  # the A/A noise
+    assert all(AA_CASE not in t.name for t in report.targets)
     assert fixed.proposed is not None and fixed.predicted_s_per_token is not None
     assert fixed.logged_s_per_token is not None and fixed.wall_s_per_token is not None
     assert fixed.logged_s_per_token <= fixed.wall_s_per_token  # prefill is outside the round ledger
