@@ -313,7 +313,7 @@ class RoundController:
         Returns a :class:`StepResult`: batched tensors plus a lazy per-request view.
         """
         self.drain()  # a synchronous commit comes after every submitted one
-        step, ids = self._open_batch(
+        step, ids = self._staged_batch(
             request_ids,
             draft_ids,
             draft_lens,
@@ -327,9 +327,6 @@ class RoundController:
             verify_rows,
         )
         with step:  # aborts if anything raises
-            step.verify_batch(branches, verify_rows)
-            step.decide()
-            step.stage()
             return StepResult(ids, step.width, step.publish())
 
     def submit_batch(
@@ -363,7 +360,7 @@ class RoundController:
         self._settle_done()
         while len(self._submitted) >= MAX_PENDING_STEPS:
             self._settle_oldest()
-        step, ids = self._open_batch(
+        step, ids = self._staged_batch(
             request_ids,
             draft_ids,
             draft_lens,
@@ -377,9 +374,6 @@ class RoundController:
             verify_rows,
         )
         try:
-            step.verify_batch(branches, verify_rows)
-            step.decide()
-            step.stage()
             pending = PendingStep(self, ids, step.width, step.decisions())
             submitted = step.submit(self._writer.submit)
         except BaseException:
@@ -417,7 +411,7 @@ class RoundController:
         ]
         pending._finish(results, rollback)
 
-    def _open_batch(
+    def _staged_batch(
         self,
         request_ids: Sequence[str],
         draft_ids: torch.Tensor,
@@ -431,7 +425,10 @@ class RoundController:
         branches: Sequence[Any] | None,
         verify_rows: Sequence[int | None] | None,
     ) -> tuple[Step, tuple[str, ...]]:
-        """Check a batch and open its rows (a refused row becomes its ``ABORTED`` result)."""
+        """Check a batch, open its rows and stage them (-> ``STAGED``; the step is aborted if this raises).
+
+        A refused row becomes its ``ABORTED`` result; the caller publishes or submits the step.
+        """
         rows = check_batch_rows(request_ids, draft_ids, draft_lens, q, p)
         n = rows.size
         for name, values in (
@@ -463,6 +460,13 @@ class RoundController:
                 live = self._live.get(request_id) if isinstance(request_id, str) else None
                 generation = live.current.state.generation if live is not None else -1
                 step._results[b] = refused_result(str(request_id), round_id, error, generation)
+        try:
+            step.verify_batch(branches, verify_rows)
+            step.decide()
+            step.stage()
+        except BaseException:
+            step.abort("the step failed before publication")
+            raise
         return step, tuple(str(r) for r in request_ids)
 
     def run_round(self, item: RoundInput) -> RoundResult:
