@@ -199,20 +199,23 @@ def audit_log(log: EventLog, request_ids: Iterable[str] | None = None) -> AuditR
         if request_id not in seen:
             audits.append(_audit_events(log, request_id, [], [], in_table=True))
     if log_findings:
-        audits.append(
-            RequestAudit(
-                request_id=_LOG,
-                events=0,
-                rounds=0,
-                generation=None,
-                state_digest=None,
-                head_digest=None,
-                finished=None,
-                findings=tuple(log_findings),
-            )
-        )
+        audits.append(_findings_only(_LOG, log_findings))
     audits.sort(key=lambda a: a.request_id)
     return AuditReport(requests=tuple(audits))
+
+
+def _findings_only(request_id: str, findings: Iterable[AuditFinding]) -> RequestAudit:
+    """The audit entry of an id that names findings but no readable request (no events, no state)."""
+    return RequestAudit(
+        request_id=request_id,
+        events=0,
+        rounds=0,
+        generation=None,
+        state_digest=None,
+        head_digest=None,
+        finished=None,
+        findings=tuple(findings),
+    )
 
 
 def with_findings(report: AuditReport, findings: Iterable[AuditFinding]) -> AuditReport:
@@ -227,18 +230,7 @@ def with_findings(report: AuditReport, findings: Iterable[AuditFinding]) -> Audi
         more = extra.pop(audit.request_id, [])
         audits.append(audit.model_copy(update={"findings": (*audit.findings, *more)}) if more else audit)
     for request_id, more in extra.items():
-        audits.append(
-            RequestAudit(
-                request_id=request_id,
-                events=0,
-                rounds=0,
-                generation=None,
-                state_digest=None,
-                head_digest=None,
-                finished=None,
-                findings=tuple(more),
-            )
-        )
+        audits.append(_findings_only(request_id, more))
     audits.sort(key=lambda a: a.request_id)
     return AuditReport(requests=tuple(audits))
 
