@@ -267,6 +267,13 @@ def check(
 
     from rich.console import Console
 
+    from specround.extras import CHECK_EXTRA, missing_extra
+
+    refusal = missing_extra(CHECK_EXTRA)  # before the checkers are imported: they import z3
+    if refusal is not None:
+        typer.echo(f"error: {refusal}", err=True)
+        raise typer.Exit(2)
+
     from specround.model_check.mutants import MUTATIONS as LAB_MUTATIONS
     from specround.model_check.mutation_lab import CHECKS as LAB_CHECKS
     from specround.model_check.render import progress_bar, render_report
