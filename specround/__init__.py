@@ -37,6 +37,12 @@ A
 layout
     ``replay_frontier`` (the verify pass replays the frontier) or ``retained_frontier`` (the frontier's
     K/V row and p_1 already exist). Both publish the same successor.
+
+The top level exports what an embedder or an auditor uses: the controller and its step API, the request
+and round types, the configuration types, the event-log port and its backends, the audit and replay
+entry points, and the errors. Everything else is imported from the module that defines it: the sampler
+kernels from ``specround.sampling.exact``, the layouts from ``specround.sampling.layouts``, the model
+ports from ``specround.statemachine.model_ports``, the checkers from ``specround.model_check``.
 """
 
 from __future__ import annotations
@@ -56,54 +62,46 @@ _EXPORTS: dict[str, str] = {
     "InjectedFaultError": "specround.errors",
     "EventLogError": "specround.errors",
     "LogIntegrityError": "specround.errors",
-    # sampling
+    # configuration: layouts, processors, fault injection
     "PAD_ID": "specround.sampling.types",
     "Layout": "specround.sampling.types",
-    "SamplerBatch": "specround.sampling.types",
-    "SamplerDecision": "specround.sampling.types",
-    "Stream": "specround.sampling.types",
     "TerminalKind": "specround.sampling.types",
-    "uniforms": "specround.sampling.rng",
-    "accepts": "specround.sampling.exact",
-    "decide": "specround.sampling.exact",
-    "decide_from_uniforms": "specround.sampling.exact",
-    "inverse_cdf": "specround.sampling.exact",
     "ProcessorChain": "specround.sampling.processors.chain",
-    "sampling_chain": "specround.sampling.processors",
-    "build_processor": "specround.sampling.processors",
-    "SoftmaxBackend": "specround.sampling.softmax",
-    "RoundCoordinate": "specround.sampling.coordinate",
-    "extract_verification": "specround.sampling.layouts",
-    "visibility_mask": "specround.sampling.layouts",
-    # state machine
+    "sampling_chain": "specround.sampling.processors.chain",
+    "FaultPlan": "specround.statemachine.faults",
+    "FaultPoint": "specround.statemachine.faults",
+    # requests and their published state
     "RequestConfig": "specround.statemachine.state",
     "RequestState": "specround.statemachine.state",
     "SpeculativeCommit": "specround.statemachine.state",
+    "RoundCoordinate": "specround.sampling.coordinate",
+    # the controller and its step API
     "RoundController": "specround.statemachine.controller",
-    "Step": "specround.statemachine.controller",
+    "Step": "specround.statemachine.step",
     "StepResult": "specround.statemachine.step_result",
+    "PendingStep": "specround.statemachine.step_result",
     "RoundInput": "specround.statemachine.rounds",
     "RoundProposal": "specround.statemachine.rounds",
     "RoundVerification": "specround.statemachine.rounds",
     "RoundResult": "specround.statemachine.rounds",
     "RoundStatus": "specround.statemachine.rounds",
     "KvInstruction": "specround.statemachine.rounds",
-    "FaultPlan": "specround.statemachine.faults",
-    "FaultPoint": "specround.statemachine.faults",
+    # event logs
     "EventLog": "specround.statemachine.ports",
-    "TargetModel": "specround.statemachine.model_ports",
-    "Proposer": "specround.statemachine.model_ports",
-    "replay_log": "specround.statemachine.replay",
-    "verify_chain": "specround.statemachine.chain",
-    # adapters
     "MemoryEventLog": "specround.adapters.memory_log",
     "SqlEventLog": "specround.adapters.sql",
-    # audit
+    # audit and replay
     "audit_log": "specround.audit",
+    "AuditReport": "specround.audit",
+    "AuditFinding": "specround.audit",
+    "replay_log": "specround.statemachine.replay",
+    "verify_chain": "specround.statemachine.chain",
 }
 
 __all__ = [
     "PAD_ID",
+    "AuditFinding",
+    "AuditReport",
     "EventLog",
     "EventLogError",
     "FaultPlan",
@@ -114,8 +112,8 @@ __all__ = [
     "Layout",
     "LogIntegrityError",
     "MemoryEventLog",
+    "PendingStep",
     "ProcessorChain",
-    "Proposer",
     "PublishConflictError",
     "RequestConfig",
     "RequestState",
@@ -126,9 +124,6 @@ __all__ = [
     "RoundResult",
     "RoundStatus",
     "RoundVerification",
-    "SamplerBatch",
-    "SamplerDecision",
-    "SoftmaxBackend",
     "SpecroundError",
     "SpeculativeCommit",
     "SqlEventLog",
@@ -136,21 +131,11 @@ __all__ = [
     "StaleGenerationError",
     "Step",
     "StepResult",
-    "Stream",
-    "TargetModel",
     "TerminalKind",
-    "accepts",
     "audit_log",
-    "build_processor",
-    "decide",
-    "decide_from_uniforms",
-    "extract_verification",
-    "inverse_cdf",
     "replay_log",
     "sampling_chain",
-    "uniforms",
     "verify_chain",
-    "visibility_mask",
 ]
 
 __version__ = "0.1.0"
@@ -158,7 +143,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from specround.adapters.memory_log import MemoryEventLog
     from specround.adapters.sql import SqlEventLog
-    from specround.audit import audit_log
+    from specround.audit import AuditFinding, AuditReport, audit_log
     from specround.errors import (
         EventLogError,
         InjectedFaultError,
@@ -170,17 +155,11 @@ if TYPE_CHECKING:
         StaleGenerationError,
     )
     from specround.sampling.coordinate import RoundCoordinate
-    from specround.sampling.exact import accepts, decide, decide_from_uniforms, inverse_cdf
-    from specround.sampling.layouts import extract_verification, visibility_mask
-    from specround.sampling.processors import build_processor, sampling_chain
-    from specround.sampling.processors.chain import ProcessorChain
-    from specround.sampling.rng import uniforms
-    from specround.sampling.softmax import SoftmaxBackend
-    from specround.sampling.types import PAD_ID, Layout, SamplerBatch, SamplerDecision, Stream, TerminalKind
+    from specround.sampling.processors.chain import ProcessorChain, sampling_chain
+    from specround.sampling.types import PAD_ID, Layout, TerminalKind
     from specround.statemachine.chain import verify_chain
-    from specround.statemachine.controller import RoundController, Step
+    from specround.statemachine.controller import RoundController
     from specround.statemachine.faults import FaultPlan, FaultPoint
-    from specround.statemachine.model_ports import Proposer, TargetModel
     from specround.statemachine.ports import EventLog
     from specround.statemachine.replay import replay_log
     from specround.statemachine.rounds import (
@@ -192,7 +171,8 @@ if TYPE_CHECKING:
         RoundVerification,
     )
     from specround.statemachine.state import RequestConfig, RequestState, SpeculativeCommit
-    from specround.statemachine.step_result import StepResult
+    from specround.statemachine.step import Step
+    from specround.statemachine.step_result import PendingStep, StepResult
 
 
 def __getattr__(name: str) -> Any:
