@@ -28,3 +28,11 @@ def test_a_usage_error_exits_two() -> None:
     result = subprocess.run([*SCRIPT, "no-such-command"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "No such command" in result.stderr
+
+
+def test_python_dash_m_runs_the_same_command_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "specround", "check", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "--only" in result.stdout and "--lab-mutation" in result.stdout
