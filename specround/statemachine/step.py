@@ -58,6 +58,7 @@ from specround.statemachine.step_inputs import CheckedProposal, check_identity, 
 from specround.statemachine.step_result import RowDecision
 from specround.statemachine.uniform_cache import batch_uniforms
 from specround.statemachine.work import LastRound, RoundWork
+from specround.statemachine.writer import RoundKey, WriteKey
 
 __all__ = ["Step", "StepFsm", "StepSettings", "refused_result"]
 
@@ -315,7 +316,10 @@ class Step:
 
     def submit(
         self,
-        write: Callable[[list[RoundPublication], list[tuple[str, str] | None]], Future[list[PublishOutcome]]],
+        write: Callable[
+            [Callable[[], list[RoundPublication]], list[WriteKey], list[RoundKey | None]],
+            Future[list[PublishOutcome]],
+        ],
     ) -> bool:
         """F-5, then hand the group commit to ``write`` (the controller's writer) without waiting for it.
 
@@ -328,11 +332,12 @@ class Step:
         if not self._before_publication():
             self._close(RoundPhase.ABORTED)
             return False
-        publications = []
-        parents: list[tuple[str, str] | None] = []
-        for rnd in self._live_rounds():
-            assert rnd.publication is not None and rnd.successor is not None
-            publications.append(rnd.publication)
+        rounds = self._live_rounds()
+        keys: list[WriteKey] = []
+        parents: list[RoundKey | None] = []
+        for rnd in rounds:
+            assert rnd.successor is not None
+            keys.append((rnd.request_id, rnd.round_id, rnd.start.state.generation))
             live = rnd.live
             parents.append(live.tip if live.pending and rnd.epoch == live.epoch else None)
             live.tip = (rnd.request_id, rnd.round_id)
@@ -344,7 +349,7 @@ class Step:
             live.current = rnd.successor
             live.coordinate_digest = None
             live.in_flight = False
-        self._pending = write(publications, parents)
+        self._pending = write(lambda: _publications_of(rounds), keys, parents)
         return True
 
     def settle_submitted(self) -> list[RoundResult]:
@@ -558,7 +563,6 @@ class Step:
         settings.fault(FaultPoint.AFTER_KV_STAGING, rnd)
         # Output, processors (INV-4), RNG counters (INV-3), generation; validated by token identity (INV-1).
         before = s0.rng
-        rng_before = (before.proposal, before.accept, before.terminal)
         rng_after_tuple = (
             before.proposal + rnd.proposal_draws,
             before.accept + decided.accept_draws,
@@ -574,99 +578,18 @@ class Step:
         )
         rnd.successor = successor
         settings.fault(FaultPoint.AFTER_OUTPUT_STAGING, rnd)
-        request_id, round_id = rnd.request_id, rnd.round_id
-        generation = s0.generation
-        processors_after = successor.state.processors_digest
-        commit_values = {
-            "request_id": request_id,
-            "round_id": round_id,
-            "expected_generation": generation,
-            "layout": rnd.live.config.layout,
-            "accepted_draft_count": decided.accepted,
-            "terminal_kind": decided.terminal,
-            "emitted_token_ids": emitted,
-            "committed_kv_token_ids": kv.committed_token_ids,
-            "discarded_kv_token_ids": kv.discarded_token_ids,
-            "rng_before": rng_before,
-            "rng_after": rng_after_tuple,
-            "processor_before_hash": s0.processors_digest,
-            "processor_after_hash": processors_after,
-            "finished": finished,
-            "finish_reason": finish_reason,
-            "coordinate_digest": rnd.coordinate_digest,
-            "successor_digest": successor.digest,
-        }
-        commit_digest = record_digest_of(SpeculativeCommit, commit_values)
-        rnd.commit = assemble(SpeculativeCommit, commit_values)
-        q_digest = p_digest = None
-        if settings.row_digests:
+        rnd.rng_after = rng_after_tuple
+        if settings.row_digests:  # read now: the engine may reuse the tensors once the step returns
             q_rows, p_rows = self._round_rows(rnd)
-            q_digest, p_digest = rows_digest(q_rows), rows_digest(p_rows)
-        rnd.publication = RoundPublication(
-            request_id,
-            round_id,
-            generation,
-            commit_digest,
-            successor.digest,
-            finished,
-            assemble(
-                RoundReady,
-                {
-                    "schema_version": EVENT_SCHEMA_VERSION,
-                    "request_id": request_id,
-                    "kind": "round_ready",
-                    "round_id": round_id,
-                    "expected_generation": generation,
-                    "coordinate_digest": rnd.coordinate_digest,
-                    "draft_ids": rnd.draft_ids,
-                    "q_draft": rnd.q_draft,
-                    "proposal_before": rng_before[0],
-                    "proposal_after": rng_after_tuple[0],
-                    "q_rows_digest": q_digest,
-                },
-            ),
-            assemble(
-                RoundVerified,
-                {
-                    "schema_version": EVENT_SCHEMA_VERSION,
-                    "request_id": request_id,
-                    "kind": "round_verified",
-                    "round_id": round_id,
-                    "p_draft": rnd.p_draft,
-                    "verify_rows": rnd.verify_rows,
-                    "p_rows_digest": p_digest,
-                },
-            ),
-            decided,
-            assemble(
-                RoundStaged,
-                {
-                    "schema_version": EVENT_SCHEMA_VERSION,
-                    "request_id": request_id,
-                    "kind": "round_staged",
-                    "round_id": round_id,
-                    "committed_kv_ids": kv.committed_token_ids,
-                    "discarded_kv_ids": kv.discarded_token_ids,
-                    "processor_before": s0.processors_digest,
-                    "processor_after": processors_after,
-                    "rng_before": rng_before,
-                    "rng_after": rng_after_tuple,
-                    "successor_digest": successor.digest,
-                },
-            ),
-            assemble(
-                RoundPublished,
-                {
-                    "schema_version": EVENT_SCHEMA_VERSION,
-                    "request_id": request_id,
-                    "kind": "round_published",
-                    "round_id": round_id,
-                    "generation": generation + 1,
-                    "commit_digest": commit_digest,
-                    "timings": rnd.timings,
-                },
-            ),
-        )
+            rnd.row_digests = (rows_digest(q_rows), rows_digest(p_rows))
+
+    def _publications(self) -> list[RoundPublication]:
+        """The live rounds' publications (their commit records and events; built once, on first call).
+
+        A submitted step calls this on the writer's thread: the encoding is part of the durable write, not
+        of the engine's critical path.
+        """
+        return _publications_of(self._live_rounds())
 
     def _write_publication(self) -> None:
         """The group commit (called by the machine's ``before`` callback of ``publish``).
@@ -676,11 +599,7 @@ class Step:
         if self._pending is not None:
             self._outcomes = self._pending.result()
             return
-        publications = []
-        for rnd in self._live_rounds():
-            assert rnd.publication is not None
-            publications.append(rnd.publication)
-        self._outcomes = self._settings.log.publish(publications)
+        self._outcomes = self._settings.log.publish(self._publications())
 
     def _settle(self, rnd: RoundWork, status: PublishStatus, generation: int) -> None:
         live = rnd.live
@@ -779,3 +698,114 @@ def _settled_pipelined(rnd: RoundWork) -> None:
     """Count a submitted round as settled (once)."""
     rnd.pipelined = False
     rnd.live.pending -= 1
+
+
+def _publications_of(rounds: Sequence[RoundWork]) -> list[RoundPublication]:
+    """The publications of staged ``rounds`` in order, building each round's on first use."""
+    publications = []
+    for rnd in rounds:
+        if rnd.publication is None:
+            _build_publication(rnd)
+        assert rnd.publication is not None
+        publications.append(rnd.publication)
+    return publications
+
+
+def _build_publication(rnd: RoundWork) -> None:
+    """Set a staged round's commit record and its publication (the five events and the envelope)."""
+    decided, kv, successor, rng_after = rnd.decided, rnd.kv, rnd.successor, rnd.rng_after
+    assert decided is not None and kv is not None and successor is not None and rng_after is not None
+    s0 = rnd.start.state
+    before = s0.rng
+    rng_before = (before.proposal, before.accept, before.terminal)
+    finished, finish_reason = decided.finished, decided.finish_reason
+    request_id, round_id = rnd.request_id, rnd.round_id
+    generation = s0.generation
+    processors_after = successor.state.processors_digest
+    commit_values = {
+        "request_id": request_id,
+        "round_id": round_id,
+        "expected_generation": generation,
+        "layout": rnd.live.config.layout,
+        "accepted_draft_count": decided.accepted,
+        "terminal_kind": decided.terminal,
+        "emitted_token_ids": decided.emitted_ids,
+        "committed_kv_token_ids": kv.committed_token_ids,
+        "discarded_kv_token_ids": kv.discarded_token_ids,
+        "rng_before": rng_before,
+        "rng_after": rng_after,
+        "processor_before_hash": s0.processors_digest,
+        "processor_after_hash": processors_after,
+        "finished": finished,
+        "finish_reason": finish_reason,
+        "coordinate_digest": rnd.coordinate_digest,
+        "successor_digest": successor.digest,
+    }
+    commit_digest = record_digest_of(SpeculativeCommit, commit_values)
+    rnd.commit = assemble(SpeculativeCommit, commit_values)
+    q_digest, p_digest = rnd.row_digests if rnd.row_digests is not None else (None, None)
+    rnd.publication = RoundPublication(
+        request_id,
+        round_id,
+        generation,
+        commit_digest,
+        successor.digest,
+        finished,
+        assemble(
+            RoundReady,
+            {
+                "schema_version": EVENT_SCHEMA_VERSION,
+                "request_id": request_id,
+                "kind": "round_ready",
+                "round_id": round_id,
+                "expected_generation": generation,
+                "coordinate_digest": rnd.coordinate_digest,
+                "draft_ids": rnd.draft_ids,
+                "q_draft": rnd.q_draft,
+                "proposal_before": rng_before[0],
+                "proposal_after": rng_after[0],
+                "q_rows_digest": q_digest,
+            },
+        ),
+        assemble(
+            RoundVerified,
+            {
+                "schema_version": EVENT_SCHEMA_VERSION,
+                "request_id": request_id,
+                "kind": "round_verified",
+                "round_id": round_id,
+                "p_draft": rnd.p_draft,
+                "verify_rows": rnd.verify_rows,
+                "p_rows_digest": p_digest,
+            },
+        ),
+        decided,
+        assemble(
+            RoundStaged,
+            {
+                "schema_version": EVENT_SCHEMA_VERSION,
+                "request_id": request_id,
+                "kind": "round_staged",
+                "round_id": round_id,
+                "committed_kv_ids": kv.committed_token_ids,
+                "discarded_kv_ids": kv.discarded_token_ids,
+                "processor_before": s0.processors_digest,
+                "processor_after": processors_after,
+                "rng_before": rng_before,
+                "rng_after": rng_after,
+                "successor_digest": successor.digest,
+            },
+        ),
+        assemble(
+            RoundPublished,
+            {
+                "schema_version": EVENT_SCHEMA_VERSION,
+                "request_id": request_id,
+                "kind": "round_published",
+                "round_id": round_id,
+                "generation": generation + 1,
+                "commit_digest": commit_digest,
+                "timings": rnd.timings,
+            },
+        ),
+    )

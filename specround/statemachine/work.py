@@ -89,6 +89,10 @@ class RoundWork:
     q_draft: tuple[float, ...] = ()
     kv: KvStaging | None = None
     successor: RequestSnapshot | None = None
+    rng_after: tuple[int, int, int] | None = None
+    """The staged RNG counters (proposal, accept, terminal)."""
+    row_digests: tuple[str | None, str | None] | None = None
+    """Digests of the round's q and p rows, when the controller logs them (read while staging)."""
     commit: SpeculativeCommit | None = None
     publication: RoundPublication | None = None
     result: RoundResult | None = None

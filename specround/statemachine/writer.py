@@ -15,7 +15,8 @@ threads at once (the logs are not required to be thread-safe).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
@@ -23,6 +24,9 @@ from specround.statemachine.ports import EventLog, PublishOutcome, PublishStatus
 
 RoundKey = tuple[str, str]
 """(request id, round id)."""
+
+WriteKey = tuple[str, str, int]
+"""(request id, round id, expected generation) of a submitted publication."""
 
 _DURABLE = (PublishStatus.PUBLISHED, PublishStatus.ALREADY_PUBLISHED)
 
@@ -43,33 +47,36 @@ class PublicationWriter:
         """Submitted rounds that did not become durable (their dependants are dropped)."""
 
     def submit(
-        self, publications: Sequence[RoundPublication], parents: Sequence[RoundKey | None]
+        self,
+        build: Callable[[], Sequence[RoundPublication]],
+        keys: Sequence[WriteKey],
+        parents: Sequence[RoundKey | None],
     ) -> Future[list[PublishOutcome]]:
         """Queue one group commit; the future holds its outcomes (or the exception that failed it).
 
-        ``parents[i]`` is the round publication ``i`` was built on while that round's write was pending.
+        ``build`` returns the publications, one per entry of ``keys``, and runs on the writer's thread:
+        encoding the rounds is part of the durable write. ``parents[i]`` is the round publication ``i`` was
+        built on while that round's write was pending.
         """
+        if len(keys) != len(parents):
+            raise ValueError(f"{len(keys)} publications with {len(parents)} parents")
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specround-writer")
-        return self._pool.submit(self._write, list(publications), list(parents))
+        return self._pool.submit(self._write, build, list(keys), list(parents))
 
     def _write(
-        self, publications: list[RoundPublication], parents: list[RoundKey | None]
+        self,
+        build: Callable[[], Sequence[RoundPublication]],
+        keys: list[WriteKey],
+        parents: list[RoundKey | None],
     ) -> list[PublishOutcome]:
-        import time
-
         failed = self._failed
-        outcomes: list[PublishOutcome | None] = [None] * len(publications)
+        outcomes: list[PublishOutcome | None] = [None] * len(keys)
         kept: list[int] = []
-        for i, (publication, parent) in enumerate(zip(publications, parents, strict=True)):
+        for i, ((request_id, round_id, expected), parent) in enumerate(zip(keys, parents, strict=True)):
             if parent is not None and parent in failed:  # built on a round that never became durable
-                failed.add((publication.request_id, publication.round_id))
-                outcomes[i] = PublishOutcome(
-                    publication.request_id,
-                    publication.round_id,
-                    PublishStatus.STALE_GENERATION,
-                    publication.expected_generation,
-                )
+                failed.add((request_id, round_id))
+                outcomes[i] = PublishOutcome(request_id, round_id, PublishStatus.STALE_GENERATION, expected)
             else:
                 kept.append(i)
         written: list[PublishOutcome] = []
@@ -77,9 +84,10 @@ class PublicationWriter:
             with self._lock:
                 start = time.perf_counter()
                 try:
+                    publications = build()
                     written = self._log.publish([publications[i] for i in kept])
                 except BaseException:
-                    failed.update((publications[i].request_id, publications[i].round_id) for i in kept)
+                    failed.update((keys[i][0], keys[i][1]) for i in kept)
                     raise
                 finally:
                     self.busy_s += time.perf_counter() - start

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from specround.adapters.memory_log import MemoryEventLog
 from specround.adapters.sql import SqlEventLog
 from specround.audit.pipelined_faults import PIPELINED_CELLS, run_pipelined_faults
 from specround.statemachine.ports import EventLog, PublishOutcome, RoundPublication
-from specround.statemachine.writer import PublicationWriter, RoundKey
+from specround.statemachine.writer import PublicationWriter, RoundKey, WriteKey
 
 
 def _log(backend: str, tmp_path: Path, url: str | None = None) -> EventLog:
@@ -50,9 +51,12 @@ def test_without_the_parent_check_a_fenced_out_rounds_dependant_is_published(
     original = PublicationWriter._write
 
     def no_parents(
-        self: PublicationWriter, publications: list[RoundPublication], parents: list[RoundKey | None]
+        self: PublicationWriter,
+        build: Callable[[], Sequence[RoundPublication]],
+        keys: list[WriteKey],
+        parents: list[RoundKey | None],
     ) -> list[PublishOutcome]:
-        return original(self, publications, [None] * len(parents))
+        return original(self, build, keys, [None] * len(parents))
 
     monkeypatch.setattr(PublicationWriter, "_write", no_parents)
     cells = run_pipelined_faults(MemoryEventLog())
