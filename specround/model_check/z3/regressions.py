@@ -30,6 +30,7 @@ from specround.sampling.types import Layout, TerminalKind
 __all__ = ["register_regressions"]
 
 Condition: TypeAlias = Callable[[ProtocolState, RoundInputs, RoundOutcome, ProtocolConfig], Bool]
+"""A one-attempt behaviour: ``condition(s0, inputs, outcome, config)``."""
 
 
 def _growth(pre: ProtocolState, outcome: RoundOutcome) -> Int:
@@ -135,6 +136,7 @@ def _reach_fault(layout: Layout, point: str) -> Obligation:
 Scenario: TypeAlias = Callable[
     [ProtocolState, tuple[RoundInputs, RoundInputs], tuple[RoundOutcome, RoundOutcome], ProtocolConfig], Bool
 ]
+"""A two-attempt behaviour: ``scenario(s0, (inputs0, inputs1), (outcome0, outcome1), config)``."""
 
 
 def _retry_after_lost_ack(
