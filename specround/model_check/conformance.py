@@ -1,15 +1,15 @@
 """Conformance of the real round controller to the z3 round relation (0x06A-0x06E; DESIGN §4, §9).
 
-The z3 proofs (:mod:`specround.model_check.z3_protocol`) are about a model; this module checks that the
+The z3 proofs (:mod:`specround.model_check.z3`) are about a model; this module checks that the
 code does what the model says, round by round. Every round *attempt* made on a real
 :class:`~specround.statemachine.controller.RoundController` becomes a :class:`ConformancePair`: the
 authoritative state before it, the attempt's inputs, the authoritative state after it and whether the
 caller was acknowledged. The pair must satisfy the z3 transition relation
-:func:`~specround.model_check.z3_protocol.round_relation` (``post`` identical to the outcome's successor,
+:func:`~specround.model_check.z3.transition.round_relation` (``post`` identical to the outcome's successor,
 which for concrete values z3 simplifies to true or false, as
-:func:`~specround.model_check.z3_protocol.conforms` decides it) and the model's acknowledgement; a pair
+:func:`~specround.model_check.z3.transition.conforms` decides it) and the model's acknowledgement; a pair
 that does not is reported with the successor the relation expects (the outcome's ``post``, as
-:func:`~specround.model_check.z3_protocol.expected_post` gives it) and the fields that differ.
+:func:`~specround.model_check.z3.transition.expected_post` gives it) and the fields that differ.
 
 What "the authoritative state" is: the state a fresh controller rebuilds from the log (replay, checked
 against the log's head), with the model's view of the log beside it (published rounds, the transaction of
@@ -69,17 +69,10 @@ from specround.errors import (
     SpecroundError,
     StaleGenerationError,
 )
-from specround.model_check.z3_protocol import (
-    NO_TXN,
-    ProtocolConfig,
-    ProtocolState,
-    RoundInputs,
-    fault_code,
-    initial_state,
-    round_outcome,
-    state_values,
-)
-from specround.model_check.z3_protocol import conforms as relation_conforms
+from specround.model_check.z3.invariants import initial_state
+from specround.model_check.z3.state import NO_TXN, ProtocolConfig, ProtocolState, RoundInputs, fault_code
+from specround.model_check.z3.transition import conforms as relation_conforms
+from specround.model_check.z3.transition import round_outcome, state_values
 from specround.sampling.processors.chain import ProcessorChain
 from specround.sampling.rng import uniforms
 from specround.sampling.types import Layout, Stream, TerminalKind
@@ -324,7 +317,7 @@ class ConformancePair:
     """The keyword arguments of :meth:`ProtocolConfig.concrete` of its request."""
 
     def recheck(self) -> bool:
-        """Decide the pair again with :func:`~specround.model_check.z3_protocol.conforms` (a solver call).
+        """Decide the pair again with :func:`~specround.model_check.z3.transition.conforms` (a solver call).
 
         Only the transition relation: the acknowledgement is not part of it.
         """
@@ -363,7 +356,7 @@ class ConformancePair:
 
 
 def _model_of(values: Values) -> ProtocolState:
-    """The z3 state of plain values (as :func:`~.z3_protocol.state_values` gives them)."""
+    """The z3 state of plain values (as :func:`~.z3.transition.state_values` gives them)."""
     return ProtocolState.concrete(
         output=values["output"],
         cache=values["cache"],

@@ -2,8 +2,9 @@
 
 For every item of ``specs/invariants.md`` and ``specs/faults.md``:
 
-* **proofs**: registered z3 proofs whose ``covers`` name it (:func:`~specround.model_check.proofs.all_proofs`
-  builds the registry without solving anything; the statuses are added when the proofs ran);
+* **proofs**: registered z3 proofs whose ``covers`` name it
+  (:func:`~specround.model_check.z3.proofs.all_proofs` builds the registry without solving anything; the
+  statuses are added when the proofs ran);
 * **tests**: test functions that cite it, found by scanning ``tests/`` for ``INV-n`` / ``F-n`` (the repository
   checkout's ``tests`` directory beside the package; an installed package has none, and the column is
   empty);
@@ -148,7 +149,7 @@ def build_coverage(
     ``conforming_pairs`` how many observed pairs satisfied the z3 relation (0 when any did not);
     ``walk_ran`` says whether the walk's invariant checks ran.
     """
-    from specround.model_check.proofs import all_proofs
+    from specround.model_check.z3.proofs import all_proofs
 
     registry = all_proofs()
     tests = scan_tests(tests_directory if tests_directory is not None else default_tests_directory())

@@ -6,13 +6,13 @@ details of each part that ran. Parts (:data:`PARTS`, selected with :attr:`CheckO
 ``oracle``
     The exact enumeration oracle on the named and random fixtures (one row per check for named fixtures,
     one summary row per check for the random family) and the oracle's decision smoke tests
-    (:mod:`.mutations`).
+    (:data:`.mutants.ORACLE_MUTATIONS`).
 ``monte_carlo``
     Seeded Monte Carlo through the real ``decide`` on the named and a few random fixtures.
 ``ledger``
     The speedup ledger's closed forms, refusals and its agreement with the enumerated progress law.
 ``proofs``
-    Every registered z3 proof (:mod:`.proofs`), with its status and wall time.
+    Every registered z3 proof (:mod:`.z3.proofs`), with its status and wall time.
 ``conformance``
     The real controller against the z3 round relation and the state-machine walk's invariants
     (:mod:`.conformance`), and an audit of every log it wrote.
@@ -37,11 +37,11 @@ from specround.model_check.enumeration import FixtureEnumeration, enumerate_fixt
 from specround.model_check.fixtures import named_fixtures, random_fixtures
 from specround.model_check.ledger_checks import enumeration_ledger_checks, ledger_checks
 from specround.model_check.montecarlo import ALTERNATIVE, DEFAULT_ALPHA, run_monte_carlo
-from specround.model_check.mutations import MUTATIONS
-from specround.model_check.proofs import DEFAULT_TIMEOUT_S, ProofResult
+from specround.model_check.mutants import ORACLE_MUTATIONS, mutation_named
 from specround.model_check.results import CheckResult, single_threaded
 from specround.model_check.tables import FixtureTables, build_tables
 from specround.model_check.worked_examples import summary_checks, three_symbol_checks
+from specround.model_check.z3.runner import DEFAULT_TIMEOUT_S, ProofResult
 
 __all__ = ["PARTS", "CheckOptions", "CheckReport", "Progress", "run_checks"]
 
@@ -164,14 +164,15 @@ def _summarise(group: str, results: Sequence[FixtureEnumeration]) -> list[CheckR
 def _mutation_rows(tables: list[FixtureTables]) -> list[CheckResult]:
     """Each wrong decision function must break the speculative joint on at least one fixture."""
     rows = []
-    for name, mutation in MUTATIONS.items():
-        results = enumerate_fixtures(tables, mutation)
+    for mutation in ORACLE_MUTATIONS:
+        with mutation.applied():
+            results = enumerate_fixtures(tables)
         caught = [r for r in results if not r.passed]
         broken = [r.name for r in results if r.joint_error > 1e-12]
         tripped = sorted({c.check for r in caught for c in r.checks if not c.passed})
         rows.append(
             CheckResult(
-                f"mutation: {name}",
+                f"mutation: {mutation.name}",
                 "the oracle rejects it",
                 bool(broken),
                 float(len(broken)),
@@ -230,7 +231,8 @@ def _fixture_parts(opts: CheckOptions, report: CheckReport, tick: Progress) -> N
             if sum(1 for p in tables[i].target_joint.values() if p > 0) >= MC_MIN_SEQUENCES
         ]
         chosen = list(range(n_named)) + rich[: opts.mc_random_fixtures]
-        alternative = enumerate_fixtures([tables[i] for i in chosen], MUTATIONS[ALTERNATIVE])
+        with mutation_named(ALTERNATIVE).applied():
+            alternative = enumerate_fixtures([tables[i] for i in chosen])
         for n, (index, wrong) in enumerate(zip(chosen, alternative, strict=True), start=1):
             exact = enumerated[index]
             mc = run_monte_carlo(
@@ -255,7 +257,8 @@ def _fixture_parts(opts: CheckOptions, report: CheckReport, tick: Progress) -> N
 
 def _proof_part(opts: CheckOptions, report: CheckReport, tick: Progress) -> None:
     """Part ``proofs``: every registered proof, one summary row and a row per failing proof."""
-    from specround.model_check.proofs import all_proofs, run_all_proofs
+    from specround.model_check.z3.proofs import all_proofs
+    from specround.model_check.z3.runner import run_all_proofs
 
     started = time.perf_counter()
     total = len(all_proofs())
@@ -366,7 +369,6 @@ def _conformance_part(opts: CheckOptions, report: CheckReport, tick: Progress) -
 def _lab_part(opts: CheckOptions, report: CheckReport, tick: Progress) -> None:
     """Part ``mutations``: the baseline must pass and every mutation must be killed."""
     from specround.model_check.mutants import MUTATIONS as LAB_MUTATIONS
-    from specround.model_check.mutants import mutation_named
     from specround.model_check.mutation_lab import CHECKS, run_lab
 
     started = time.perf_counter()

@@ -7,7 +7,8 @@ import pytest
 from specround.model_check.enumeration import FixtureEnumeration, enumerate_fixtures
 from specround.model_check.fixtures import named_fixtures
 from specround.model_check.montecarlo import ALTERNATIVE, run_monte_carlo
-from specround.model_check.mutations import MUTATIONS
+from specround.model_check.mutants import mutation_named
+from specround.model_check.mutants.decisions import bonus_from_q as wrong_bonus
 from specround.model_check.results import single_threaded
 from specround.model_check.tables import build_tables
 from specround.sampling.exact import round_uniforms
@@ -28,7 +29,8 @@ def exact() -> list[FixtureEnumeration]:
 
 def test_named_fixtures_fit_the_target_joint(exact: list[FixtureEnumeration]) -> None:
     with single_threaded():
-        wrong = enumerate_fixtures([r.tables for r in exact], MUTATIONS[ALTERNATIVE])
+        with mutation_named(ALTERNATIVE).applied():
+            wrong = enumerate_fixtures([r.tables for r in exact])
         for result, alternative in zip(exact, wrong, strict=True):
             mc = run_monte_carlo(
                 result.tables,
@@ -49,7 +51,7 @@ def test_named_fixtures_fit_the_target_joint(exact: list[FixtureEnumeration]) ->
 def test_monte_carlo_rejects_a_wrong_sampler(exact: list[FixtureEnumeration]) -> None:
     def bonus_from_q(batch: SamplerBatch) -> SamplerDecision:
         accept, terminal = round_uniforms(batch)
-        return MUTATIONS["bonus from q"](batch, accept, terminal)
+        return wrong_bonus(batch, accept, terminal)
 
     result = next(r for r in exact if "0x04G" in r.name)
     with single_threaded():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import specround.sampling.exact as exact
-from specround.model_check.mutants import MUTATIONS, Mutation, Seam, mutation_named
+from specround.model_check.mutants import MODEL_MUTATIONS, MUTATIONS, Mutation, Seam, mutation_named
 from specround.model_check.mutation_lab import CHECKS, LabReport, prepare, run_checks_once, run_lab
 
 # The failure classes the lab must hold (0x07), each by the mutation that implements it.
@@ -48,9 +48,13 @@ def test_every_failure_class_is_a_named_mutation() -> None:
     names = [m.name for m in MUTATIONS]
     assert len(names) == len(set(names))
     assert set(FAILURE_CLASSES.values()) == set(names)
+    every = [m.name for m in (*MUTATIONS, *MODEL_MUTATIONS)]
+    assert len(every) == len(set(every))  # one registry, one name per mutation
+    assert all(m.refuted_by is None for m in MUTATIONS)  # the lab's
+    assert all(m.refuted_by for m in MODEL_MUTATIONS)  # each names the proof that must refute it
 
 
-@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name)
+@pytest.mark.parametrize("mutation", (*MUTATIONS, *MODEL_MUTATIONS), ids=lambda m: m.name)
 def test_every_seam_exists_and_is_restored(mutation: Mutation) -> None:
     names = [seam.attribute() for seam in mutation.seams]  # found by identity, not given as strings
     originals = [getattr(seam.owner, name) for seam, name in zip(mutation.seams, names, strict=True)]

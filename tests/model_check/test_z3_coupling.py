@@ -9,18 +9,19 @@ from functools import partial
 import pytest
 import z3
 
-from specround.model_check.proofs import Obligation, Proof, ProofKind, ProofStatus, run_proof
-from specround.model_check.z3_coupling import (
+from specround.model_check.z3.coupling import (
     PrefixRows,
     accept_probability,
     coupling_proofs,
     distribution,
-    inverse_cdf_obligation,
     marginal_facts,
     one_token_coupling,
     speculative_joint,
     target_joint,
 )
+from specround.model_check.z3.decisions import inverse_cdf_obligation
+from specround.model_check.z3.proofs import Obligation, Proof, ProofKind
+from specround.model_check.z3.runner import ProofStatus, run_proof
 
 
 def value(term: z3.ExprRef) -> Fraction:

@@ -8,19 +8,16 @@ import pytest
 import z3
 
 from specround.errors import InputError
-from specround.model_check.proofs import (
-    Obligation,
-    Proof,
-    ProofKind,
+from specround.model_check.z3.proofs import Obligation, Proof, ProofKind, all_proofs
+from specround.model_check.z3.runner import (
     ProofStatus,
-    all_proofs,
     format_results,
     main,
     run_all_proofs,
     run_proof,
     term_size,
 )
-from specround.model_check.z3_protocol import FAULT_POINTS
+from specround.model_check.z3.state import FAULT_POINTS
 
 X = z3.Int("x")
 

@@ -13,18 +13,11 @@ import pytest
 import z3
 
 from specround.errors import InputError
-from specround.model_check.proofs import Obligation, Proof, ProofKind, ProofStatus, run_proof
-from specround.model_check.z3_protocol import (
-    NO_TXN,
-    ChainModel,
-    ProtocolConfig,
-    ProtocolState,
-    RoundInputs,
-    conforms,
-    expected_post,
-    fault_code,
-    state_values,
-)
+from specround.model_check.z3.hash_chain import ChainModel
+from specround.model_check.z3.proofs import Obligation, Proof, ProofKind
+from specround.model_check.z3.runner import ProofStatus, run_proof
+from specround.model_check.z3.state import NO_TXN, ProtocolConfig, ProtocolState, RoundInputs, fault_code
+from specround.model_check.z3.transition import conforms, expected_post, state_values
 from specround.sampling.types import Layout
 from specround.statemachine.state import RequestConfig, RequestState, RngCounters
 

@@ -1,5 +1,8 @@
 """What a mutation is: named wrong variants of real functions, patched in by reference inside a ``with``.
 
+The same shape serves the code path (the mutation lab kills those) and the z3 model (a wrong variant of one
+of its rules, refuted by the proof the mutation names).
+
 A :class:`Mutation` lists its :class:`Seam` s: a module or class object (``owner``), the function object the
 real code path calls through it (``target``), and a factory that builds the wrong variant *from the
 original* (so a variant wraps the real function instead of copying its algorithm). Seams hold the objects
@@ -99,12 +102,15 @@ class Mutation:
 
     name: str
     family: str
-    """``sampler``, ``stops and RNG``, ``K/V``, ``processors`` or ``publication``."""
+    """``sampler``, ``stops and RNG``, ``K/V``, ``processors``, ``publication`` or ``z3 model``."""
     failure_class: str
     """What is wrong, in words."""
     violates: tuple[str, ...]
     """The invariants (``INV-n``) and spec sections the failure class breaks."""
     seams: tuple[Seam, ...]
+    refuted_by: str | None = None
+    """For a mutation of the z3 model: the registered proof that must fail under it (the mutation lab runs
+    the others, which mutate the code path)."""
 
     @contextmanager
     def applied(self) -> Iterator[Reach]:

@@ -3,7 +3,7 @@
 Two kinds of seams:
 
 * **Decision wrappers.** A wrong decision function with the signature of
-  :func:`~specround.sampling.exact.decide_from_uniforms` (the ones of :mod:`specround.model_check.mutations`
+  :func:`~specround.sampling.exact.decide_from_uniforms` (the ones of :mod:`.decisions`
   and a few more here) replaces the real one where the code path binds it: the controller's step (both
   ``decide_from_uniforms`` and ``decide``), the exact oracle and Monte Carlo. Every wrapper calls the real
   function; it changes only what the real function is given or how its answer is spliced.
@@ -14,7 +14,6 @@ Two kinds of seams:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import fields, replace
 from typing import Any
 
@@ -23,8 +22,9 @@ import torch
 
 from specround.model_check import enumeration as enumeration_module
 from specround.model_check import montecarlo as montecarlo_module
-from specround.model_check import mutations as decision_mutations
+from specround.model_check.mutants import decisions as decision_mutations
 from specround.model_check.mutants.base import Mutation, Scratch, Seam
+from specround.model_check.mutants.decisions import DecisionFn
 from specround.sampling import exact as exact_module
 from specround.sampling.exact import decide, decide_from_uniforms, round_uniforms
 from specround.sampling.fast_path import search_host
@@ -34,8 +34,14 @@ from specround.statemachine import step as step_module
 from specround.statemachine.uniform_cache import batch_uniforms
 
 __all__ = [
+    "BONUS_FROM_Q",
+    "CONTINUE_AFTER_REJECTION",
+    "CORRECTION_FROM_P",
     "DECISION_BINDINGS",
+    "ORACLE_MUTATIONS",
     "SAMPLER_MUTATIONS",
+    "SHIFTED_LOGIT_ROW",
+    "STOPS_IGNORED",
     "STOP_MUTATIONS",
     "bonus_after_accepted_eos",
     "bonus_from_stale_row",
@@ -43,8 +49,6 @@ __all__ = [
     "extra_draw_after_stop",
     "tokens_after_stop",
 ]
-
-DecisionFn = Callable[[SamplerBatch, torch.Tensor, torch.Tensor], SamplerDecision]
 
 DECISION_BINDINGS: tuple[tuple[Any, Any], ...] = (
     (step_module, decide_from_uniforms),
@@ -183,29 +187,47 @@ def _zero_q_passes(original: Any, _scratch: Scratch) -> Any:
     return check
 
 
+SHIFTED_LOGIT_ROW = Mutation(
+    "shifted logit row",
+    "sampler",
+    "draft i is verified against p_{i+1}, the next position's target row (off by one)",
+    ("INV-10", "0x03F", "0x07"),
+    decision_seams(decision_mutations.shifted_p_row),
+)
+"""Off-by-one target rows."""
+
+CONTINUE_AFTER_REJECTION = Mutation(
+    "continue after rejection",
+    "sampler",
+    "after the first rejection the round keeps testing the stale drafts against rows conditioned on "
+    "the rejected token",
+    ("INV-2", "INV-10", "0x03G"),
+    decision_seams(decision_mutations.continue_after_rejection),
+)
+"""Acceptance tests continue past the first rejection."""
+
+BONUS_FROM_Q = Mutation(
+    "bonus from q",
+    "sampler",
+    "the all-accepted branch draws its bonus from the drafter's row q_K instead of p_{K+1}",
+    ("INV-10", "0x03H"),
+    decision_seams(decision_mutations.bonus_from_q),
+)
+"""The bonus drawn from the drafter's row."""
+
+CORRECTION_FROM_P = Mutation(
+    "correction from p",
+    "sampler",
+    "after a rejection the token is drawn from p_{A+1} instead of the normalised residual",
+    ("INV-10", "0x03C"),
+    decision_seams(decision_mutations.correction_from_p),
+)
+"""The correction drawn from the target row instead of the residual."""
+
 SAMPLER_MUTATIONS = (
-    Mutation(
-        "shifted logit row",
-        "sampler",
-        "draft i is verified against p_{i+1}, the next position's target row (off by one)",
-        ("INV-10", "0x03F", "0x07"),
-        decision_seams(decision_mutations.shifted_p_row),
-    ),
-    Mutation(
-        "continue after rejection",
-        "sampler",
-        "after the first rejection the round keeps testing the stale drafts against rows conditioned on "
-        "the rejected token",
-        ("INV-2", "INV-10", "0x03G"),
-        decision_seams(decision_mutations.continue_after_rejection),
-    ),
-    Mutation(
-        "bonus from q",
-        "sampler",
-        "the all-accepted branch draws its bonus from the drafter's row q_K instead of p_{K+1}",
-        ("INV-10", "0x03H"),
-        decision_seams(decision_mutations.bonus_from_q),
-    ),
+    SHIFTED_LOGIT_ROW,
+    CONTINUE_AFTER_REJECTION,
+    BONUS_FROM_Q,
     Mutation(
         "bonus from a stale row",
         "sampler",
@@ -213,13 +235,7 @@ SAMPLER_MUTATIONS = (
         ("INV-10", "0x03H"),
         decision_seams(bonus_from_stale_row),
     ),
-    Mutation(
-        "correction from p",
-        "sampler",
-        "after a rejection the token is drawn from p_{A+1} instead of the normalised residual",
-        ("INV-10", "0x03C"),
-        decision_seams(decision_mutations.correction_from_p),
-    ),
+    CORRECTION_FROM_P,
     Mutation(
         "residual not renormalised",
         "sampler",
@@ -280,6 +296,15 @@ def _batch_round_uniforms(original: Any, _scratch: Scratch) -> Any:
     return round_uniforms_
 
 
+STOPS_IGNORED = Mutation(
+    "stop inside the prefix ignored",
+    "stops and RNG",
+    "a stop token inside the accepted prefix does not end the request",
+    ("INV-2", "0x05B"),
+    decision_seams(decision_mutations.stops_ignored),
+)
+"""A stop token inside the accepted prefix ignored."""
+
 STOP_MUTATIONS = (
     Mutation(
         "extra RNG draw after a stop",
@@ -288,13 +313,7 @@ STOP_MUTATIONS = (
         ("INV-3", "0x06D"),
         decision_seams(extra_draw_after_stop),
     ),
-    Mutation(
-        "stop inside the prefix ignored",
-        "stops and RNG",
-        "a stop token inside the accepted prefix does not end the request",
-        ("INV-2", "0x05B"),
-        decision_seams(decision_mutations.stops_ignored),
-    ),
+    STOPS_IGNORED,
     Mutation(
         "tokens after a stop published",
         "stops and RNG",
@@ -323,3 +342,12 @@ STOP_MUTATIONS = (
     ),
 )
 """Failure classes of stops, budgets and RNG accounting."""
+
+ORACLE_MUTATIONS = (
+    CORRECTION_FROM_P,
+    BONUS_FROM_Q,
+    CONTINUE_AFTER_REJECTION,
+    SHIFTED_LOGIT_ROW,
+    STOPS_IGNORED,
+)
+"""Decision mutations whose wrong joint the exact oracle must see on its own (its smoke tests)."""

@@ -1,7 +1,4 @@
-"""z3 proofs of the coupling (0x03A-0x03H) and of the sampler's decision rules (INV-10).
-
-The one-token coupling (0x03A-0x03D), the prefix induction (0x03F-0x03H), and the decision rules as an
-audit re-derives them from logged values.
+"""z3 proofs of the coupling (0x03A-0x03H): the one-token coupling (0x03A-0x03D) and the prefix induction.
 
 Distributions are symbolic z3 reals: ``p`` (target) and ``q`` (proposal) over ``V`` events, non-negative
 and summing to one. The sampler's quantities are written exactly as the algorithm defines them:
@@ -32,12 +29,6 @@ for the proofs that use it):
 Cross-checks without the lemma chain (all definitions inlined) run where z3 decides them quickly:
 ``coupling.direct.vV`` (the marginal identity, V <= 3) and ``coupling.prefix_direct.v2.kK`` (K <= 2, every
 full draft path enumerated, suffix drafts included).
-
-Decisions (INV-10): ``decision.accepted_run`` shows that the sampler's ``cumprod``-sum of accepted tests is
-the index of the first rejection and that ``u < p/q`` re-derives division-free as ``u q < p``;
-``decision.inverse_cdf.vV.wW`` shows that the sampler's two-level (block, then in-block) inverse-CDF search
-returns the unique token whose logged bracket ``[mass_before, mass_before + token_mass)`` holds ``u Z``,
-and that this token has positive mass (exact arithmetic; the float rounding clamp is the sampler's own).
 """
 
 from __future__ import annotations
@@ -45,31 +36,32 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import TypeAlias
 
 import z3
 
-from specround.model_check.proofs import Obligation, Proof, ProofKind, Shown
+from specround.model_check.z3.proofs import Obligation, Proof, ProofRegistry, Shown
 
 __all__ = [
     "COUPLING_EVENTS",
-    "DECISION_DRAFTS",
     "DIRECT_EVENTS",
-    "INVERSE_CDF_CASES",
     "PREFIX_DRAFTS",
     "PREFIX_EVENTS",
     "OneTokenCoupling",
     "PrefixRows",
+    "Real",
+    "Row",
     "accept_probability",
     "accept_rule_facts",
     "coupling_proofs",
     "distribution",
-    "inverse_cdf_obligation",
     "marginal_facts",
     "one_token_coupling",
+    "real_sum",
+    "reals",
     "rejection_facts",
     "residual_facts",
+    "show_row",
     "speculative_joint",
     "target_joint",
 ]
@@ -85,7 +77,9 @@ PREFIX_DRAFTS = range(1, 4)
 _DIRECT_PREFIX_DRAFTS = range(1, 3)
 
 Real: TypeAlias = z3.ArithRef
+"""A z3 real term."""
 Row: TypeAlias = tuple[z3.ArithRef, ...]
+"""One distribution row over the events, as z3 reals."""
 
 
 def _pos(x: Real) -> Real:
@@ -101,17 +95,19 @@ def _abs(x: Real) -> Real:
     return z3.If(x >= 0, x, -x)
 
 
-def _sum(terms: Sequence[Real]) -> Real:
+def real_sum(terms: Sequence[Real]) -> Real:
+    """``sum(terms)`` as one z3 term (0 for no terms)."""
     return z3.Sum(list(terms)) if terms else z3.RealVal(0)
 
 
-def _reals(name: str, count: int) -> Row:
+def reals(name: str, count: int) -> Row:
+    """``count`` fresh real constants ``name_0 .. name_{count-1}``."""
     return tuple(z3.Real(f"{name}_{i}") for i in range(count))
 
 
 def distribution(row: Sequence[Real]) -> z3.BoolRef:
     """``row`` is a probability distribution: non-negative entries summing to one."""
-    return z3.And(*[x >= 0 for x in row], _sum(row) == 1)
+    return z3.And(*[x >= 0 for x in row], real_sum(row) == 1)
 
 
 def accept_probability(p: Real, q: Real) -> Real:
@@ -149,7 +145,7 @@ def one_token_coupling(p: Row, q: Row) -> OneTokenCoupling:
     accepted = tuple(qx * ax for qx, ax in zip(q, accept, strict=True))
     rejected = tuple(qx * (1 - ax) for qx, ax in zip(q, accept, strict=True))
     excess = tuple(_pos(px - qx) for px, qx in zip(p, q, strict=True))
-    excess_total = _sum(excess)
+    excess_total = real_sum(excess)
     residual = tuple(z3.If(excess_total > 0, e / excess_total, z3.RealVal(0)) for e in excess)
     return OneTokenCoupling(
         p=p,
@@ -157,7 +153,7 @@ def one_token_coupling(p: Row, q: Row) -> OneTokenCoupling:
         accept=accept,
         accepted_mass=accepted,
         rejected_mass=rejected,
-        rejection=_sum(rejected),
+        rejection=real_sum(rejected),
         excess=excess,
         excess_total=excess_total,
         residual=residual,
@@ -180,10 +176,10 @@ def rejection_facts(p: Row, q: Row, m: Row, excess: Row, z: Real) -> z3.BoolRef:
     """
     pairs = list(zip(p, q, strict=True))
     return z3.And(
-        z == _sum(excess),
-        z == 1 - _sum(m),
-        z == 1 - _sum([_min(px, qx) for px, qx in pairs]),
-        2 * z == _sum([_abs(px - qx) for px, qx in pairs]),
+        z == real_sum(excess),
+        z == 1 - real_sum(m),
+        z == 1 - real_sum([_min(px, qx) for px, qx in pairs]),
+        2 * z == real_sum([_abs(px - qx) for px, qx in pairs]),
         (z == 0) == z3.And(*[px == qx for px, qx in pairs]),
     )
 
@@ -206,7 +202,7 @@ def residual_facts(p: Row, q: Row, excess: Row, r: Row, total: Real) -> z3.BoolR
     """Lemma 3 (0x03C, 0x03D): every event's facts, and ``sum r = 1`` when ``total > 0``."""
     return z3.And(
         *[residual_event_facts(*cells, total) for cells in zip(p, q, excess, r, strict=True)],
-        z3.Implies(total > 0, _sum(r) == 1),
+        z3.Implies(total > 0, real_sum(r) == 1),
     )
 
 
@@ -260,13 +256,13 @@ class _Abstract:
 
 def _abstract(name: str, p: Row, q: Row) -> _Abstract:
     size = len(p)
-    a, m, j = _reals(f"{name}_a", size), _reals(f"{name}_m", size), _reals(f"{name}_j", size)
-    excess, r = _reals(f"{name}_ex", size), _reals(f"{name}_r", size)
+    a, m, j = reals(f"{name}_a", size), reals(f"{name}_m", size), reals(f"{name}_j", size)
+    excess, r = reals(f"{name}_ex", size), reals(f"{name}_r", size)
     z, total = z3.Real(f"{name}_Z"), z3.Real(f"{name}_Zr")
     definitions = (
         *[ex == _pos(px - qx) for ex, px, qx in zip(excess, p, q, strict=True)],
-        z == _sum(j),
-        total == _sum(excess),
+        z == real_sum(j),
+        total == real_sum(excess),
     )
     return _Abstract(p=p, q=q, a=a, m=m, j=j, excess=excess, r=r, z=z, total=total, definitions=definitions)
 
@@ -275,7 +271,7 @@ def _abstract(name: str, p: Row, q: Row) -> _Abstract:
 
 
 def _rows(size: int) -> tuple[Row, Row, list[z3.BoolRef]]:
-    p, q = _reals("p", size), _reals("q", size)
+    p, q = reals("p", size), reals("q", size)
     return p, q, [distribution(p), distribution(q)]
 
 
@@ -294,7 +290,7 @@ def _tv(size: int) -> Obligation:
     return Obligation(
         premises=(*premises, *c.definitions, *c.lemma1()),
         goal=c.lemma2(),
-        show=(*_show("p", p), *_show("q", q)),
+        show=(*show_row("p", p), *show_row("q", q)),
     )
 
 
@@ -304,7 +300,7 @@ def _residual(size: int) -> Obligation:
     return Obligation(
         premises=tuple(premises),
         goal=residual_facts(p, q, c.excess, c.residual, c.excess_total),
-        show=(*_show("p", p), *_show("q", q), *_show("r", c.residual)),
+        show=(*show_row("p", p), *show_row("q", q), *show_row("r", c.residual)),
     )
 
 
@@ -313,9 +309,9 @@ def _marginal(size: int) -> Obligation:
     p, q, _ = _rows(size)
     c = _abstract("c", p, q)
     return Obligation(
-        premises=(*c.definitions, *c.lemma1(), c.z == _sum(c.excess), *c.lemma3_events()),
+        premises=(*c.definitions, *c.lemma1(), c.z == real_sum(c.excess), *c.lemma3_events()),
         goal=c.lemma4(),
-        show=(*_show("p", p), *_show("q", q), *_show("r", c.r)),
+        show=(*show_row("p", p), *show_row("q", q), *show_row("r", c.r)),
     )
 
 
@@ -324,19 +320,19 @@ def _direct(size: int) -> Obligation:
     c = one_token_coupling(p, q)
     goal = z3.And(
         marginal_facts(p, c.accepted_mass, c.residual, c.rejection),
-        c.rejection == 1 - _sum([_min(px, qx) for px, qx in zip(p, q, strict=True)]),
+        c.rejection == 1 - real_sum([_min(px, qx) for px, qx in zip(p, q, strict=True)]),
     )
-    return Obligation(premises=tuple(premises), goal=goal, show=(*_show("p", p), *_show("q", q)))
+    return Obligation(premises=tuple(premises), goal=goal, show=(*show_row("p", p), *show_row("q", q)))
 
 
 def _maximal(size: int) -> Obligation:
     p, q, premises = _rows(size)
-    joint = [_reals(f"J_{x}", size) for x in range(size)]
+    joint = [reals(f"J_{x}", size) for x in range(size)]
     premises += [cell >= 0 for row in joint for cell in row]
-    premises += [_sum(joint[x]) == q[x] for x in range(size)]
-    premises += [_sum([joint[x][y] for x in range(size)]) == p[y] for y in range(size)]
-    diagonal = _sum([joint[x][x] for x in range(size)])
-    goal = diagonal <= _sum([_min(px, qx) for px, qx in zip(p, q, strict=True)])
+    premises += [real_sum(joint[x]) == q[x] for x in range(size)]
+    premises += [real_sum([joint[x][y] for x in range(size)]) == p[y] for y in range(size)]
+    diagonal = real_sum([joint[x][x] for x in range(size)])
+    goal = diagonal <= real_sum([_min(px, qx) for px, qx in zip(p, q, strict=True)])
     return Obligation(premises=tuple(premises), goal=goal, show=(("diagonal", diagonal),))
 
 
@@ -355,20 +351,20 @@ def _attained(size: int, part: str) -> Obligation:
     assumed: list[z3.BoolRef] = [*c.definitions, *c.lemma1(), c.lemma3()]
     if part == "proposal":
         assumed.append(c.lemma2())
-        goal = z3.And(*[_sum(cells[x]) == q[x] for x in range(size)])
+        goal = z3.And(*[real_sum(cells[x]) == q[x] for x in range(size)])
     elif part == "target":
         assumed.append(c.lemma4())
-        goal = z3.And(*[_sum([cells[x][y] for x in range(size)]) == p[y] for y in range(size)])
+        goal = z3.And(*[real_sum([cells[x][y] for x in range(size)]) == p[y] for y in range(size)])
     else:
         # Non-negative entries (no normalisation needed) and the per-event lemma statements.
         premises = [x >= 0 for x in (*p, *q)]
         assumed = [*c.definitions, *c.lemma1(), *c.lemma3_events()]
-        diagonal = _sum([cells[x][x] for x in range(size)])
+        diagonal = real_sum([cells[x][x] for x in range(size)])
         goal = z3.And(
             *[cell >= 0 for row in cells for cell in row],
-            diagonal == _sum([_min(px, qx) for px, qx in zip(p, q, strict=True)]),
+            diagonal == real_sum([_min(px, qx) for px, qx in zip(p, q, strict=True)]),
         )
-    return Obligation(premises=(*premises, *assumed), goal=goal, show=(*_show("p", p), *_show("q", q)))
+    return Obligation(premises=(*premises, *assumed), goal=goal, show=(*show_row("p", p), *show_row("q", q)))
 
 
 # --- prefix induction ---------------------------------------------------------------------------------
@@ -392,7 +388,7 @@ class PrefixRows:
         """The row conditioned on ``prefix``."""
         if prefix not in self.rows:
             label = "".join(map(str, prefix)) or "e"
-            self.rows[prefix] = _reals(f"{self.name}_{label}", self.size)
+            self.rows[prefix] = reals(f"{self.name}_{label}", self.size)
         return self.rows[prefix]
 
 
@@ -444,7 +440,7 @@ def speculative_joint(
                 _serial_completion(p, horizon, (*prefix, correction), weight * j[x] * r[correction], joint)
 
     walk((), z3.RealVal(1))
-    return {y: _sum(terms) for y, terms in joint.items()}
+    return {y: real_sum(terms) for y, terms in joint.items()}
 
 
 def _prefix_induction(size: int, drafts: int) -> Obligation:
@@ -467,7 +463,7 @@ def _prefix_induction(size: int, drafts: int) -> Obligation:
     goal = z3.And(*[joint[y] == target_joint(p, y) for y in joint])
     for row in (*p.rows.values(), *q.rows.values()):
         premises.append(distribution(row))
-    return Obligation(premises=tuple(premises), goal=goal, show=_show("p_root", p(())))
+    return Obligation(premises=tuple(premises), goal=goal, show=show_row("p_root", p(())))
 
 
 def _prefix_direct(drafts: int) -> Obligation:
@@ -490,234 +486,105 @@ def _prefix_direct(drafts: int) -> Obligation:
                 _serial_completion(p, horizon, (*path[:i], correction), weight, joint)
             survive = survive * a
         _serial_completion(p, horizon, path, path_mass * survive, joint)
-    goal = z3.And(*[_sum(terms) == target_joint(p, y) for y, terms in joint.items()])
+    goal = z3.And(*[real_sum(terms) == target_joint(p, y) for y, terms in joint.items()])
     premises = [distribution(row) for row in (*p.rows.values(), *q.rows.values())]
-    return Obligation(premises=tuple(premises), goal=goal, show=_show("p_root", p(())))
+    return Obligation(premises=tuple(premises), goal=goal, show=show_row("p_root", p(())))
 
 
-def _show(label: str, row: Sequence[z3.ExprRef]) -> tuple[tuple[str, Shown], ...]:
+def show_row(label: str, row: Sequence[z3.ExprRef]) -> tuple[tuple[str, Shown], ...]:
     """One model-display entry: ``label = (row[0], row[1], ...)``."""
     return ((label, tuple(row)),)
 
 
-# --- decisions re-derived from logged values (INV-10) -----------------------------------------------
-
-DECISION_DRAFTS = 8
-"""Draft length of the accepted-run proof."""
-INVERSE_CDF_CASES = ((2, 1), (2, 2), (3, 2), (4, 2), (4, 4), (5, 2), (6, 2), (6, 3), (6, 6))
-"""(V, block width) pairs of the two-level inverse-CDF proof (a width that does not divide V pads)."""
-
-
-def _pick(items: Sequence[Real], index: z3.ArithRef) -> Real:
-    """``items[index]`` for a symbolic 0-based ``index`` in range."""
-    result = items[0]
-    for position in range(1, len(items)):
-        result = z3.If(index == position, items[position], result)
-    return result
-
-
-def _accepted_run() -> Obligation:
-    """A = sum(cumprod(accepted & within)) is the first rejection's index, tests re-derive division-free.
-
-    Test i (1-based, i <= k) accepts iff ``u_i < p_i / q_i``; the audit re-derives it as ``u_i q_i < p_i``
-    from the logged ``u_i``, ``p_i(d_i)``, ``q_i(d_i) > 0``. ``A`` is the leading run of accepted tests.
-    """
-    size = DECISION_DRAFTS
-    k = z3.Int("k")
-    u, p, q = _reals("u", size), _reals("p", size), _reals("q", size)
-    premises = [k >= 0, k <= size]
-    for i in range(size):
-        premises += [u[i] >= 0, u[i] < 1, p[i] >= 0, q[i] > 0]
-    accepted = [u[i] < p[i] / q[i] for i in range(size)]
-    within = [z3.IntVal(i) < k for i in range(size)]
-    # The sampler's vectorised form: cumprod over (accepted & within), summed.
-    run: list[z3.ArithRef] = []
-    product: z3.ArithRef = z3.IntVal(1)
-    for i in range(size):
-        product = product * z3.If(z3.And(accepted[i], within[i]), 1, 0)
-        run.append(product)
-    vectorised = z3.Sum(run)
-    # The scan form: index of the first test that rejects, or k.
-    scan: z3.ArithRef = k
-    for i in reversed(range(size)):
-        scan = z3.If(z3.And(within[i], z3.Not(accepted[i])), i, scan)
-    rederived = [u[i] * q[i] < p[i] for i in range(size)]
-    goal = z3.And(
-        vectorised == scan,
-        *[accepted[i] == rederived[i] for i in range(size)],
-        # The audit's check: every test before A accepts, test A + 1 (when reached) rejects.
-        *[z3.Implies(i < vectorised, rederived[i]) for i in range(size)],
-        *[z3.Implies(z3.And(vectorised == i, within[i]), z3.Not(rederived[i])) for i in range(size)],
+def _register_one_token(registry: ProofRegistry, size: int, accept: str) -> None:
+    """The lemma chain at vocabulary size ``size`` (``accept`` names lemma 1)."""
+    tv = registry.add(
+        f"tv.v{size}",
+        _tv,
+        size,
+        covers=("0x03B", "0x03D"),
+        description="rejection Z = sum [p-q]_+ = 1 - sum min(p,q) = TV(p,q); Z = 0 iff p == q",
+        uses=(accept,),
     )
-    return Obligation(premises=tuple(premises), goal=goal, show=(("k", k), ("A", vectorised), ("scan", scan)))
-
-
-def inverse_cdf_obligation(size: int, width: int, *, right: bool = True) -> Obligation:
-    """The two-level search's token satisfies the logged bracket, has positive mass, and is the only one.
-
-    Exact arithmetic: ``target = u * total``; block = number of block prefix sums <= target; offset = number
-    of in-block prefix sums <= target; token = block * width + offset (the sampler's ``_search`` without
-    its rounding clamp, which exact arithmetic never needs). ``right=False`` counts prefix sums ``<
-    target`` instead (``searchsorted(..., right=False)``), the off-by-one that can pick a zero-mass token.
-    """
-    blocks = -(-size // width)
-    mass = _reals("w", size)
-    padded = [*mass, *[z3.RealVal(0)] * (blocks * width - size)]
-    u = z3.Real("u")
-    total = _sum(mass)
-    premises = [*[w >= 0 for w in mass], total > 0, u >= 0, u < 1]
-    target = u * total
-    block_sums = [_sum(padded[b * width : (b + 1) * width]) for b in range(blocks)]
-    block_cum = [_sum(block_sums[: b + 1]) for b in range(blocks)]
-
-    def below(c: Real) -> z3.BoolRef:
-        return c <= target if right else c < target
-
-    block = _sum([z3.If(below(c), z3.IntVal(1), z3.IntVal(0)) for c in block_cum])
-    prefix = _sum([z3.If(b < block, block_sums[b], z3.RealVal(0)) for b in range(blocks)])
-    values = [_pick([padded[b * width + j] for b in range(blocks)], block) for j in range(width)]
-    inside = [prefix + _sum(values[: j + 1]) for j in range(width)]
-    offset = _sum([z3.If(below(c), z3.IntVal(1), z3.IntVal(0)) for c in inside])
-    token = block * width + offset
-    mass_before = prefix + _sum([z3.If(j < offset, values[j], z3.RealVal(0)) for j in range(width)])
-    token_mass = _pick(values, offset)
-    cum_before = [_sum(mass[:x]) for x in range(size)]
-    bracket = [z3.And(cum_before[x] <= target, target < cum_before[x] + mass[x]) for x in range(size)]
-    goal = z3.And(
-        block < blocks,
-        offset < width,
-        token < size,
-        mass_before == _pick(cum_before, token),
-        token_mass == _pick(mass, token),
-        mass_before <= target,
-        target < mass_before + token_mass,
-        token_mass > 0,
-        *[z3.Implies(bracket[x], token == x) for x in range(size)],
+    residual = registry.add(
+        f"residual.v{size}",
+        _residual,
+        size,
+        covers=("0x03C", "0x03D"),
+        description="[p-q]_+/Zr is a distribution on {p > q} when Zr > 0, and 0 when Zr = 0",
     )
-    return Obligation(
-        premises=tuple(premises), goal=goal, show=(*_show("w", mass), ("u", u), ("token", token))
+    marginal = registry.add(
+        f"marginal.v{size}",
+        _marginal,
+        size,
+        covers=("0x03C",),
+        description="min(p,q) + Z * residual = p at every event",
+        uses=(accept, tv, residual),
     )
+    registry.add(
+        f"maximal.v{size}",
+        _maximal,
+        size,
+        covers=("0x03B",),
+        description="every coupling of (q, p) has diagonal mass <= sum min(p,q)",
+    )
+    attained = (
+        ("proposal", "the speculative joint's proposal marginal is q", (accept, tv, residual)),
+        ("target", "the speculative joint's output marginal is p", (accept, residual, marginal)),
+        (
+            "diagonal",
+            "the speculative joint is non-negative and its diagonal is sum min(p,q)",
+            (accept, residual),
+        ),
+    )
+    for part, description, uses in attained:
+        registry.add(
+            f"attained.{part}.v{size}",
+            _attained,
+            size,
+            part,
+            covers=("0x03B", "0x03E"),
+            description=description,
+            uses=uses,
+        )
 
 
 def coupling_proofs() -> list[Proof]:
     """The registered coupling proofs (see the module docstring for the lemma chain)."""
-    proofs = [
-        Proof(
-            name="coupling.accept_rule",
-            covers=("0x03A", "0x03D"),
-            kind=ProofKind.VALID,
-            build=_accept_rule,
-            description="q*min(1,p/q) = min(p,q) and q*(1-a) = [q-p]_+ at one event; a in [0,1]",
-        )
-    ]
+    registry = ProofRegistry("coupling")
+    accept = registry.add(
+        "accept_rule",
+        _accept_rule,
+        covers=("0x03A", "0x03D"),
+        description="q*min(1,p/q) = min(p,q) and q*(1-a) = [q-p]_+ at one event; a in [0,1]",
+    )
     for size in COUPLING_EVENTS:
-        accept, tv, residual = "coupling.accept_rule", f"coupling.tv.v{size}", f"coupling.residual.v{size}"
-        marginal = f"coupling.marginal.v{size}"
-        proofs += [
-            Proof(
-                name=tv,
-                covers=("0x03B", "0x03D"),
-                kind=ProofKind.VALID,
-                build=partial(_tv, size),
-                description="rejection Z = sum [p-q]_+ = 1 - sum min(p,q) = TV(p,q); Z = 0 iff p == q",
-                uses=(accept,),
-            ),
-            Proof(
-                name=residual,
-                covers=("0x03C", "0x03D"),
-                kind=ProofKind.VALID,
-                build=partial(_residual, size),
-                description="[p-q]_+/Zr is a distribution on {p > q} when Zr > 0, and 0 when Zr = 0",
-            ),
-            Proof(
-                name=marginal,
-                covers=("0x03C",),
-                kind=ProofKind.VALID,
-                build=partial(_marginal, size),
-                description="min(p,q) + Z * residual = p at every event",
-                uses=(accept, tv, residual),
-            ),
-            Proof(
-                name=f"coupling.maximal.v{size}",
-                covers=("0x03B",),
-                kind=ProofKind.VALID,
-                build=partial(_maximal, size),
-                description="every coupling of (q, p) has diagonal mass <= sum min(p,q)",
-            ),
-            Proof(
-                name=f"coupling.attained.proposal.v{size}",
-                covers=("0x03B", "0x03E"),
-                kind=ProofKind.VALID,
-                build=partial(_attained, size, "proposal"),
-                description="the speculative joint's proposal marginal is q",
-                uses=(accept, tv, residual),
-            ),
-            Proof(
-                name=f"coupling.attained.target.v{size}",
-                covers=("0x03B", "0x03E"),
-                kind=ProofKind.VALID,
-                build=partial(_attained, size, "target"),
-                description="the speculative joint's output marginal is p",
-                uses=(accept, residual, marginal),
-            ),
-            Proof(
-                name=f"coupling.attained.diagonal.v{size}",
-                covers=("0x03B", "0x03E"),
-                kind=ProofKind.VALID,
-                build=partial(_attained, size, "diagonal"),
-                description="the speculative joint is non-negative and its diagonal is sum min(p,q)",
-                uses=(accept, residual),
-            ),
-        ]
-    proofs += [
-        Proof(
-            name=f"coupling.direct.v{size}",
+        _register_one_token(registry, size, accept)
+    for size in DIRECT_EVENTS:
+        registry.add(
+            f"direct.v{size}",
+            _direct,
+            size,
             covers=("0x03C",),
-            kind=ProofKind.VALID,
-            build=partial(_direct, size),
             description="marginal identity with every definition inlined (no lemma chain)",
         )
-        for size in DIRECT_EVENTS
-    ]
-    proofs += [
-        Proof(
-            name=f"coupling.prefix.v{size}.k{drafts}",
+    for size in PREFIX_EVENTS:
+        for drafts in PREFIX_DRAFTS:
+            registry.add(
+                f"prefix.v{size}.k{drafts}",
+                _prefix_induction,
+                size,
+                drafts,
+                covers=("0x03F", "0x03G", "0x03H"),
+                description=f"speculative joint of {drafts + 1} tokens == target chain product",
+                uses=(accept, f"coupling.marginal.v{size}"),
+            )
+    for drafts in _DIRECT_PREFIX_DRAFTS:
+        registry.add(
+            f"prefix_direct.v2.k{drafts}",
+            _prefix_direct,
+            drafts,
             covers=("0x03F", "0x03G", "0x03H"),
-            kind=ProofKind.VALID,
-            build=partial(_prefix_induction, size, drafts),
-            description=f"speculative joint of {drafts + 1} tokens == target chain product",
-            uses=("coupling.accept_rule", f"coupling.marginal.v{size}"),
-        )
-        for size in PREFIX_EVENTS
-        for drafts in PREFIX_DRAFTS
-    ]
-    proofs += [
-        Proof(
-            name=f"coupling.prefix_direct.v2.k{drafts}",
-            covers=("0x03F", "0x03G", "0x03H"),
-            kind=ProofKind.VALID,
-            build=partial(_prefix_direct, drafts),
             description="prefix induction with full draft paths and inlined definitions (no lemma chain)",
         )
-        for drafts in _DIRECT_PREFIX_DRAFTS
-    ]
-    proofs.append(
-        Proof(
-            name="decision.accepted_run",
-            covers=("INV-10", "INV-3", "0x03G"),
-            kind=ProofKind.VALID,
-            build=_accepted_run,
-            description="cumprod-sum A equals the first rejection; u < p/q re-derives as u*q < p",
-        )
-    )
-    proofs += [
-        Proof(
-            name=f"decision.inverse_cdf.v{size}.w{width}",
-            covers=("INV-10", "0x03D"),
-            kind=ProofKind.VALID,
-            build=partial(inverse_cdf_obligation, size, width),
-            description="the two-level inverse-CDF token lies in its logged bracket, has mass, and is unique",
-        )
-        for size, width in INVERSE_CDF_CASES
-    ]
-    return proofs
+    return registry.proofs

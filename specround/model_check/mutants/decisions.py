@@ -1,8 +1,10 @@
 """Deliberately wrong decision functions, each a thin wrapper around the real sampler (0x07 failure classes).
 
-Every mutation calls the real ``decide_from_uniforms``; it changes only what the real function is given or
-how its answer is spliced, so the oracles are tested against the very code path they check. Each must make
-the exact enumeration fail (the mutation smoke tests and ``specround check`` assert that it does):
+The sampler mutations of :mod:`.sampler` route every decision of the code path through one of these (see
+:func:`~.sampler.decision_seams`); Monte Carlo uses one as its stated alternative law. Every function calls
+the real ``decide_from_uniforms``; it changes only what the real function is given or how its answer is
+spliced, so the oracles are tested against the very code path they check. Each must make the exact
+enumeration fail (the oracle's smoke tests and ``specround check`` assert that it does):
 
 * ``correction from p`` — after a rejection at position A + 1 the token is drawn from ``p_{A+1}`` instead
   of the normalised residual (the real function is re-run with ``draft_lens = A``, so its "bonus" row is
@@ -28,9 +30,16 @@ import torch
 from specround.sampling.exact import decide_from_uniforms
 from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision, TerminalKind
 
-__all__ = ["MUTATIONS", "Mutation"]
+__all__ = [
+    "DecisionFn",
+    "bonus_from_q",
+    "continue_after_rejection",
+    "correction_from_p",
+    "shifted_p_row",
+    "stops_ignored",
+]
 
-Mutation = Callable[[SamplerBatch, torch.Tensor, torch.Tensor], SamplerDecision]
+DecisionFn = Callable[[SamplerBatch, torch.Tensor, torch.Tensor], SamplerDecision]
 """A decision function with the signature of ``decide_from_uniforms``."""
 
 
@@ -111,13 +120,3 @@ def continue_after_rejection(
         accepted=torch.where(corrected, first.accepted + second.accepted, first.accepted),
         finished=torch.where(corrected, second.finished, first.finished),
     )
-
-
-MUTATIONS: dict[str, Mutation] = {
-    "correction from p": correction_from_p,
-    "bonus from q": bonus_from_q,
-    "continue after rejection": continue_after_rejection,
-    "shifted p row": shifted_p_row,
-    "stops ignored": stops_ignored,
-}
-"""Every mutation by name."""

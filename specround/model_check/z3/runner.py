@@ -1,28 +1,10 @@
-"""Registry and runner of the z3 proofs: the coupling (0x03) and the round protocol (0x06, INV-n, F-n).
+"""Deciding the registered z3 proofs (:mod:`.proofs`): statuses, results, a table, a command line.
 
-Every proof is a :class:`Proof`: a name, the invariants / fault points / spec sections it covers, a kind
-and a function that builds its :class:`Obligation` (premises and a goal, as z3 terms). The runner decides
-the obligation and returns a :class:`ProofResult` with the status, the solver's statistics, the size of the
-query and the wall time.
+The runner decides each proof's obligation and returns a :class:`ProofResult` with the status, the
+solver's statistics, the size of the query and the wall time; what each status means for each kind is in
+:mod:`.proofs`.
 
-Kinds and what "ok" means:
-
-``VALID``
-    ``premises => goal`` for every assignment. The runner first checks that the premises are satisfiable
-    (a proof over contradictory premises is reported ``VACUOUS``, never ``PROVED``), then that
-    ``premises and not goal`` is unsat (``PROVED``); a model of it is a counterexample (``REFUTED``).
-``REACHABLE``
-    ``premises and goal`` has a model (``REACHABLE``): a sat-trace regression proving that the model still
-    allows a behaviour (A = 0, a bonus, a stop inside the prefix, ...), so that an over-constrained model
-    cannot pass the ``VALID`` proofs vacuously. ``UNREACHABLE`` is a failure.
-``REFUTABLE``
-    A deliberately broken variant (a mutation of the protocol) that the named proof must catch: ``premises
-    and not goal`` must have a model (``REFUTED`` is the expected outcome, ``PROVED`` a failure).
-
-Proofs that rely on lemmas proved elsewhere in the registry list them in ``uses``; a lemma's statement is
-built by the same function for the lemma's own proof and for the proofs that assume it.
-
-Run ``python -m specround.model_check.proofs`` for a table of every proof with its time and size.
+Run ``python -m specround.model_check.z3.runner`` for a table of every proof with its time and size.
 """
 
 from __future__ import annotations
@@ -34,21 +16,17 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypeAlias
+from typing import Any
 
 import z3
 
 from specround.errors import InputError
+from specround.model_check.z3.proofs import Proof, ProofKind, Shown, all_proofs
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
-    "Obligation",
-    "Proof",
-    "ProofKind",
     "ProofResult",
     "ProofStatus",
-    "Shown",
-    "all_proofs",
     "format_results",
     "main",
     "run_all_proofs",
@@ -58,14 +36,6 @@ __all__ = [
 
 DEFAULT_TIMEOUT_S = 120.0
 """Solver time limit of one query; a query that hits it is reported ``UNKNOWN`` (a failure)."""
-
-
-class ProofKind(StrEnum):
-    """What the runner asks of an obligation (see the module docstring)."""
-
-    VALID = "valid"
-    REACHABLE = "reachable"
-    REFUTABLE = "refutable"
 
 
 class ProofStatus(StrEnum):
@@ -85,38 +55,11 @@ class ProofStatus(StrEnum):
     """The solver gave up (time limit or incompleteness)."""
 
 
-Shown: TypeAlias = "z3.ExprRef | tuple[z3.ExprRef, ...]"
-"""What an obligation shows from a model: one term, or a tuple of terms printed as ``(a, b, ...)``."""
-
 _EXPECTED = {
     ProofKind.VALID: ProofStatus.PROVED,
     ProofKind.REACHABLE: ProofStatus.REACHABLE,
     ProofKind.REFUTABLE: ProofStatus.REFUTED,
 }
-
-
-@dataclass(frozen=True)
-class Obligation:
-    """The z3 content of one proof: premises, a goal, and named terms to print from a model."""
-
-    premises: tuple[z3.BoolRef, ...]
-    goal: z3.BoolRef
-    show: tuple[tuple[str, Shown], ...] = ()
-    """Terms (or tuples of terms) evaluated in a counterexample or witness model, by label."""
-
-
-@dataclass(frozen=True)
-class Proof:
-    """One registered proof."""
-
-    name: str
-    covers: tuple[str, ...]
-    """``INV-n``, ``F-n`` and spec sections (``0x03B``) this proof is evidence for."""
-    kind: ProofKind
-    build: Callable[[], Obligation]
-    description: str
-    uses: tuple[str, ...] = ()
-    """Names of lemma proofs whose statements this proof assumes."""
 
 
 @dataclass(frozen=True)
@@ -264,19 +207,6 @@ def run_proof(proof: Proof, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> ProofRes
     )
 
 
-def all_proofs() -> tuple[Proof, ...]:
-    """Every registered proof, in a stable order (coupling lemmas first, then the protocol)."""
-    from specround.model_check.z3_coupling import coupling_proofs
-    from specround.model_check.z3_protocol import protocol_proofs
-
-    proofs = (*coupling_proofs(), *protocol_proofs())
-    names = [proof.name for proof in proofs]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise InputError(f"duplicate proof names: {duplicates}")
-    return proofs
-
-
 def run_all_proofs(
     names: Iterable[str] | None = None,
     *,
@@ -342,6 +272,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":  # pragma: no cover - exercised through main()
     # Run the package module's main: under ``python -m`` this file is also loaded as ``__main__``, whose
     # classes are distinct from the ones the proof modules import.
-    from specround.model_check.proofs import main as _package_main
+    from specround.model_check.z3.runner import main as _package_main
 
     sys.exit(_package_main())
