@@ -40,7 +40,9 @@ from specround.hf.controller_bridge import ControllerBridge, RoundRequest
 from specround.hf.drafting import AssistantDrafter, DraftAsk, Drafter, LookupDrafter
 from specround.hf.outputs import SpecroundGenerateOutput, pad_sequences, stack_positions
 from specround.hf.processors import build_chain, stop_strings_processor
+from specround.sampling.layouts import extract_verification, verification_inputs
 from specround.sampling.processors.chain import ProcessorChain
+from specround.sampling.types import Layout
 from specround.serving.policy import (
     MAX_DRAFT_LENGTH,
     AdaptiveDraftLength,
@@ -50,6 +52,7 @@ from specround.serving.policy import (
     StepCosts,
 )
 from specround.serving.stats import AcceptanceStats, RoundOutcome
+from specround.serving.step_timings import RoundWork, StepTimes, share_out, verify_calls
 from specround.statemachine.events import RoundTimings
 from specround.statemachine.ports import EventLog
 from specround.statemachine.rounds import RoundStatus
@@ -68,6 +71,9 @@ _IGNORED_NONE = (
     "custom_generate",
 )
 """``model.generate`` arguments accepted only when None (a custom generate receives them all)."""
+
+_LAYOUT = Layout.REPLAY_FRONTIER
+"""The one layout this path verifies in (each row's batch cache holds no retained frontier row)."""
 
 
 def _prompts(input_ids: Any, attention_mask: Any) -> tuple[torch.Tensor, list[list[int]]]:
@@ -336,10 +342,17 @@ def _run(
                 q_rows[b] = got.q_rows[:n]
                 draws[b] = min(got.draws, n) if got.draws else 0
         # Verification: ONE target forward for the batch.
+        inputs = {
+            b: verification_inputs(_LAYOUT, int(states[b].frontier or 0), drafts[b], len(states[b].cache))
+            for b in live
+        }
         t0 = clock()
-        frontier = {b: states[b].frontier for b in live}
-        logits = target.forward({b: [int(frontier[b] or 0), *drafts[b]] for b in live})
+        computed = target.forward({b: list(inputs[b].input_ids) for b in live})
         verify_s = clock() - t0
+        logits = {
+            b: extract_verification(_LAYOUT, computed[b], inputs[b].positions, len(drafts[b])).p_rows
+            for b in live
+        }  # [k + 1, V] raw
         requests = []
         rows_s: dict[int, float] = {}
         p_rows: dict[int, torch.Tensor] = {}
@@ -347,15 +360,9 @@ def _run(
             t1 = clock()
             p_rows[b] = bridge.processors(rids[b]).rows_along(logits[b], drafts[b])  # [k + 1, V]
             rows_s[b] = clock() - t1
-        asked_total = sum(asked[b] for b in drafting)
-        rows_total = sum(len(drafts[b]) + 1 for b in live)
-        for b in live:
-            timing = RoundTimings(
-                draft_s=draft_s * asked[b] / asked_total if asked_total else 0.0,
-                verify_s=verify_s * (len(drafts[b]) + 1) / rows_total,
-                state_s=rows_s[b],
-                queue_s=gap / len(live),
-            )
+        times = StepTimes(draft_s=draft_s, verify_s=verify_s, gap_s=gap)
+        work = [RoundWork(asked[b], len(inputs[b].input_ids), own_s=rows_s[b]) for b in live]
+        for b, round_work, timing in zip(live, work, share_out(times, work), strict=True):
             requests.append(
                 RoundRequest(
                     rids[b],
@@ -363,7 +370,7 @@ def _run(
                     q_rows[b],
                     p_rows[b],
                     proposal_draws=draws[b],
-                    verify_rows=len(drafts[b]) + 1,
+                    verify_rows=round_work.computed_rows,
                     timings=timing,
                 )
             )
@@ -424,7 +431,7 @@ def _run(
                 draft=(max(asked[b] for b in drafting), draft_s)
                 if drafting and drafter is not None
                 else None,
-                verify_calls=((rows_total, verify_s),),
+                verify_calls=verify_calls(times, work),
                 states=tuple(
                     (len(r.draft_ids), rows_s[b] + controller_s / len(requests))
                     for b, r in zip(asked, requests, strict=True)
