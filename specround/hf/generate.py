@@ -25,37 +25,28 @@ every round is in the event log, so ``specround audit`` checks the run as any ot
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from specround.errors import InvalidRequestError, SpecroundError, UnsupportedGenerationConfigError
+from specround.errors import InvalidRequestError, UnsupportedGenerationConfigError
 from specround.hf.batch_cache import BatchedCausalLM
+from specround.hf.batch_loop import BatchLoop, RowRequests
 from specround.hf.config import GenerationSettings, resolve_settings
-from specround.hf.controller_bridge import ControllerBridge, RoundRequest
-from specround.hf.drafting import AssistantDrafter, DraftAsk, Drafter, LookupDrafter
+from specround.hf.controller_bridge import ControllerBridge
+from specround.hf.drafting import AssistantDrafter, Drafter, LookupDrafter
 from specround.hf.outputs import SpecroundGenerateOutput, pad_sequences, stack_positions
 from specround.hf.processors import build_chain, stop_strings_processor
-from specround.sampling.layouts import extract_verification, verification_inputs
 from specround.sampling.processors.chain import ProcessorChain
-from specround.sampling.types import Layout
 from specround.serving.policy import (
     MAX_DRAFT_LENGTH,
     AdaptiveDraftLength,
     DraftLengthPolicy,
-    DraftSlot,
     FixedDraftLength,
-    StepCosts,
 )
-from specround.serving.stats import AcceptanceStats, RoundOutcome
-from specround.serving.step_timings import RoundWork, StepTimes, share_out, verify_calls
-from specround.statemachine.events import RoundTimings
 from specround.statemachine.ports import EventLog
-from specround.statemachine.rounds import RoundStatus
 
 __all__ = ["generate"]
 
@@ -71,9 +62,6 @@ _IGNORED_NONE = (
     "custom_generate",
 )
 """``model.generate`` arguments accepted only when None (a custom generate receives them all)."""
-
-_LAYOUT = Layout.REPLAY_FRONTIER
-"""The one layout this path verifies in (each row's batch cache holds no retained frontier row)."""
 
 
 def _prompts(input_ids: Any, attention_mask: Any) -> tuple[torch.Tensor, list[list[int]]]:
@@ -237,222 +225,43 @@ def generate(
     }
     event_log, label, owned = _open_log(log)
     try:
-        return _run(
+        loop = BatchLoop(
             target,
             drafter,
             policy,
             ControllerBridge(event_log),
-            ids=ids,
-            prompts=prompts,
-            seeds=seeds,
-            budget=budget,
-            p_chains=p_chains,
             q_chains=q_chains,
-            eos=eos,
-            coordinate=coordinate,
             settings=settings,
-            label=label,
             context=context,
         )
+        rows = RowRequests(prompts, seeds, budget, p_chains, eos, coordinate)
+        return _run(loop, rows, ids=ids, label=label)
     finally:
         if owned:
             event_log.close()
 
 
 def _run(
-    target: BatchedCausalLM,
-    drafter: Drafter | None,
-    policy: DraftLengthPolicy,
-    bridge: ControllerBridge,
-    *,
-    ids: torch.Tensor,
-    prompts: list[list[int]],
-    seeds: list[int],
-    budget: int,
-    p_chains: list[ProcessorChain],
-    q_chains: list[ProcessorChain],
-    eos: tuple[int, ...],
-    coordinate: dict[str, Any],
-    settings: GenerationSettings,
-    label: str,
-    context: int,
+    loop: BatchLoop, rows: RowRequests, *, ids: torch.Tensor, label: str
 ) -> torch.Tensor | SpecroundGenerateOutput:
-    clock = time.perf_counter
-    start = clock()
-    batch, vocab = len(prompts), target.vocab_size
-    rids: list[str] = []
-    states = []
-    for b, prompt in enumerate(prompts):
-        state = bridge.open_request(
-            prompt,
-            seed=seeds[b],
-            max_new_tokens=budget,
-            chain=p_chains[b],
-            stop_token_ids=eos,
-            coordinate=coordinate,
-            request_id=uuid.uuid4().hex,
-        )
-        rids.append(state.request_id)
-        states.append(state)
-    # Prefill: the committed cache C = O[:-1] of every row in one forward.
-    feeds = {b: list(states[b].cache) for b in range(batch)}
-    if any(feeds.values()):
-        target.forward(feeds, rows="none")
-        target.commit({b: len(f) for b, f in feeds.items()})
-    live = [b for b in range(batch) if not states[b].finished]
-    rounds: list[list[RoundOutcome]] = [[] for _ in range(batch)]
-    stats = [AcceptanceStats() for _ in range(batch)]
-    totals = AcceptanceStats()
-    want_scores, want_logits = settings.output_scores, settings.output_logits
-    scores: list[list[torch.Tensor]] = [[] for _ in range(batch)]
-    raw: list[list[torch.Tensor]] = [[] for _ in range(batch)]
-    last_end = clock()
-    while live:
-        step_start = clock()
-        gap = step_start - last_end
-        caps = {}
-        for b in live:
-            room = context - len(states[b].cache) - 1
-            caps[b] = (
-                0 if drafter is None else max(0, min(bridge.remaining(rids[b]) - 1, MAX_DRAFT_LENGTH, room))
-            )
-        ks = policy.choose([DraftSlot(rids[b], caps[b]) for b in live])
-        asked = {b: max(0, min(int(kk), caps[b])) for b, kk in zip(live, ks, strict=True)}
-        drafts: dict[int, tuple[int, ...]] = {b: () for b in live}
-        q_rows: dict[int, torch.Tensor | None] = {b: None for b in live}
-        draws = {b: 0 for b in live}
-        draft_s = 0.0
-        drafting = [b for b in live if asked[b] > 0]
-        if drafter is not None and drafting:
-            t0 = clock()
-            offered = drafter.propose(
-                [
-                    DraftAsk(
-                        b, states[b].output, asked[b], q_chains[b].clone(), seeds[b], states[b].rng.proposal
-                    )
-                    for b in drafting
-                ]
-            )
-            draft_s = clock() - t0
-            kept = policy.trim([DraftSlot(rids[b], len(offered[b].tokens)) for b in drafting])
-            for b, count in zip(drafting, kept, strict=True):
-                got = offered[b]
-                n = max(0, min(int(count), len(got.tokens)))
-                drafts[b] = got.tokens[:n]
-                q_rows[b] = got.q_rows[:n]
-                draws[b] = min(got.draws, n) if got.draws else 0
-        # Verification: ONE target forward for the batch.
-        inputs = {
-            b: verification_inputs(_LAYOUT, int(states[b].frontier or 0), drafts[b], len(states[b].cache))
-            for b in live
-        }
-        t0 = clock()
-        computed = target.forward({b: list(inputs[b].input_ids) for b in live})
-        verify_s = clock() - t0
-        logits = {
-            b: extract_verification(_LAYOUT, computed[b], inputs[b].positions, len(drafts[b])).p_rows
-            for b in live
-        }  # [k + 1, V] raw
-        requests = []
-        rows_s: dict[int, float] = {}
-        p_rows: dict[int, torch.Tensor] = {}
-        for b in live:
-            t1 = clock()
-            p_rows[b] = bridge.processors(rids[b]).rows_along(logits[b], drafts[b])  # [k + 1, V]
-            rows_s[b] = clock() - t1
-        times = StepTimes(draft_s=draft_s, verify_s=verify_s, gap_s=gap)
-        work = [RoundWork(asked[b], len(inputs[b].input_ids), own_s=rows_s[b]) for b in live]
-        for b, round_work, timing in zip(live, work, share_out(times, work), strict=True):
-            requests.append(
-                RoundRequest(
-                    rids[b],
-                    drafts[b],
-                    q_rows[b],
-                    p_rows[b],
-                    proposal_draws=draws[b],
-                    verify_rows=round_work.computed_rows,
-                    timings=timing,
-                )
-            )
-        t0 = clock()
-        results = bridge.step(requests)
-        controller_s = clock() - t0
-        keeps: dict[int, int] = {}
-        outcomes = []
-        failure: SpecroundError | None = None
-        for b, req, result in zip(live, requests, results, strict=True):
-            if result.status not in (RoundStatus.PUBLISHED, RoundStatus.ACKNOWLEDGED):
-                keeps[b] = 0
-                failure = (
-                    failure or result.error or InvalidRequestError(f"round of row {b} was not published")
-                )
-                continue
-            assert result.kv is not None and result.state is not None and result.commit is not None
-            keeps[b] = result.kv.keep
-            states[b] = result.state
-            q_chains[b].advance_many(result.emitted_ids)
-            emitted = len(result.emitted_ids)
-            if want_scores:
-                scores[b].extend(torch.log(p_rows[b][j]) for j in range(emitted))
-            if want_logits:
-                raw[b].extend(logits[b][j] for j in range(emitted))
-            if drafter is not None and not result.finished:
-                drafter.on_published(b, result.state.output)
-            outcome = RoundOutcome(
-                request_id=rids[b],
-                generation=result.generation,
-                requested_k=asked[b],
-                drafted=len(req.draft_ids),
-                accepted=result.accepted,
-                reached=result.commit.rng_after[1] - result.commit.rng_before[1],
-                emitted_ids=result.emitted_ids,
-                terminal=result.terminal or "bonus",
-                finished=result.finished,
-                finish_reason=result.finish_reason,
-                timings=req.timings or RoundTimings(),
-            )
-            rounds[b].append(outcome)
-            stats[b].add(outcome)
-            totals.add(outcome)
-            outcomes.append(outcome)
-        target.commit(keeps)
-        if failure is not None:
-            raise failure
-        finished = [b for b in live if states[b].finished]
-        for b in finished:
-            policy.forget(rids[b])
-        live = [b for b in live if not states[b].finished]
-        target.compact(live)
-        if drafter is not None:
-            drafter.keep_rows(live)
-        policy.observe(
-            outcomes,
-            StepCosts(
-                draft=(max(asked[b] for b in drafting), draft_s)
-                if drafting and drafter is not None
-                else None,
-                verify_calls=verify_calls(times, work),
-                states=tuple(
-                    (len(r.draft_ids), rows_s[b] + controller_s / len(requests))
-                    for b, r in zip(asked, requests, strict=True)
-                ),
-                gap_s=gap,
-            ),
-        )
-        last_end = clock()
-    generated = [list(s.generated) for s in states]
+    """Open and run every row; the padded sequences, or the whole output with ``return_dict_in_generate``."""
+    start = loop.clock()
+    loop.open(rows)
+    loop.run()
+    settings, vocab = loop.settings, loop.target.vocab_size
+    generated = [list(s.generated) for s in loop.states]
     sequences = pad_sequences(ids, generated, settings.pad_token_id)
     if not settings.return_dict_in_generate:
         return sequences
     return SpecroundGenerateOutput(
         sequences=sequences,
-        scores=stack_positions(scores, vocab) if want_scores else None,
-        logits=stack_positions(raw, vocab) if want_logits else None,
-        request_ids=tuple(rids),
-        rounds=tuple(tuple(r) for r in rounds),
-        stats=tuple(stats),
-        totals=totals,
-        finish_reasons=tuple(s.finish_reason for s in states),
+        scores=stack_positions(loop.scores, vocab) if settings.output_scores else None,
+        logits=stack_positions(loop.raw, vocab) if settings.output_logits else None,
+        request_ids=tuple(loop.rids),
+        rounds=tuple(tuple(r) for r in loop.rounds),
+        stats=tuple(loop.stats),
+        totals=loop.totals,
+        finish_reasons=tuple(s.finish_reason for s in loop.states),
         log=label,
-        wall_s=clock() - start,
+        wall_s=loop.clock() - start,
     )
