@@ -130,6 +130,65 @@ def _model_id(model: Any) -> str:
     return f"hf:{getattr(model.config, '_name_or_path', '') or type(model).__name__}"
 
 
+def _drafter(assistant_model: Any, settings: GenerationSettings, batch: int, vocab: int) -> Drafter | None:
+    """The assistant model's drafter, the prompt lookup's, or None (plain decoding)."""
+    if assistant_model is not None:
+        assistant_model.eval()
+        return AssistantDrafter(
+            assistant_model, range(batch), vocab_size=vocab, filler_id=settings.pad_token_id or 0
+        )
+    if settings.prompt_lookup_num_tokens:
+        return LookupDrafter(vocab, max_ngram=settings.max_matching_ngram_size or 2)
+    return None
+
+
+def _chains(
+    settings: GenerationSettings,
+    assistant: GenerationSettings,
+    tokenizer: Any,
+    prompts: Sequence[Sequence[int]],
+    width: int,
+    vocab: int,
+) -> tuple[list[ProcessorChain], list[ProcessorChain]]:
+    """Each row's target (p) chain, and its draft (q) chain advanced over its prompt."""
+    stops = stop_strings_processor(settings, tokenizer, vocab)
+    q_stops = stops if assistant is settings else stop_strings_processor(assistant, tokenizer, vocab)
+    p_chains = [
+        build_chain(settings, vocab, input_length=width, prompt_length=len(p), stop_strings=stops)
+        for p in prompts
+    ]
+    q_chains: list[ProcessorChain] = []
+    for prompt in prompts:
+        chain = build_chain(
+            assistant, vocab, input_length=width, prompt_length=len(prompt), stop_strings=q_stops
+        )
+        chain.advance_many(prompt)
+        q_chains.append(chain)
+    return p_chains, q_chains
+
+
+def _coordinate(
+    model: Any, target: BatchedCausalLM, drafter: Drafter | None, draft_processors_digest: str
+) -> dict[str, Any]:
+    """The static round coordinate every row's request is opened with (models, backend, draft chain)."""
+    import transformers
+
+    from specround import __version__
+
+    return {
+        "target_model_id": _model_id(model),
+        "draft_model_id": drafter.proposer_id if drafter is not None else "none",
+        "backend": {
+            "dtype": str(target.dtype).removeprefix("torch."),
+            "attention_path": f"hf-batched-{getattr(model.config, '_attn_implementation', 'eager')}",
+            "software_revision": (
+                f"specround {__version__}, torch {torch.__version__}, transformers {transformers.__version__}"
+            ),
+        },
+        "draft_processors_digest": draft_processors_digest,
+    }
+
+
 def generate(
     model: Any,
     input_ids: torch.Tensor | None = None,
@@ -184,45 +243,12 @@ def generate(
             raise InvalidRequestError(
                 f"row {b}: prompt ({len(prompt)}) + {budget} new tokens exceed the context of {context}"
             )
-    drafter: Drafter | None = None
-    if assistant_model is not None:
-        assistant_model.eval()
-        drafter = AssistantDrafter(
-            assistant_model, range(batch), vocab_size=vocab, filler_id=settings.pad_token_id or 0
-        )
-    elif settings.prompt_lookup_num_tokens:
-        drafter = LookupDrafter(vocab, max_ngram=settings.max_matching_ngram_size or 2)
+    drafter = _drafter(assistant_model, settings, batch, vocab)
     policy = _policy(k, settings, drafter)
-    stops = stop_strings_processor(settings, tokenizer, vocab)
-    q_stops = stops if assistant is settings else stop_strings_processor(assistant, tokenizer, vocab)
     eos = tuple(t for t in settings.eos_token_ids if 0 <= t < vocab)
-    p_chains = [
-        build_chain(settings, vocab, input_length=width, prompt_length=len(p), stop_strings=stops)
-        for p in prompts
-    ]
-    q_chains: list[ProcessorChain] = []
-    for prompt in prompts:
-        chain = build_chain(
-            assistant, vocab, input_length=width, prompt_length=len(prompt), stop_strings=q_stops
-        )
-        chain.advance_many(prompt)
-        q_chains.append(chain)
-    import transformers
-
-    from specround import __version__
-
-    coordinate = {
-        "target_model_id": _model_id(model),
-        "draft_model_id": drafter.proposer_id if drafter is not None else "none",
-        "backend": {
-            "dtype": str(target.dtype).removeprefix("torch."),
-            "attention_path": f"hf-batched-{getattr(model.config, '_attn_implementation', 'eager')}",
-            "software_revision": (
-                f"specround {__version__}, torch {torch.__version__}, transformers {transformers.__version__}"
-            ),
-        },
-        "draft_processors_digest": q_chains[0].config_digest() if drafter is not None else "none",
-    }
+    p_chains, q_chains = _chains(settings, assistant, tokenizer, prompts, width, vocab)
+    draft_digest = q_chains[0].config_digest() if drafter is not None else "none"
+    coordinate = _coordinate(model, target, drafter, draft_digest)
     event_log, label, owned = _open_log(log)
     try:
         loop = BatchLoop(
