@@ -14,8 +14,15 @@ import typer
 from specround.testing.cli import conform_app
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rich.console import Console
+
     from specround.adapters.sql import SqlEventLog
-    from specround.audit import AuditFinding
+    from specround.audit import AuditFinding, AuditReport
+    from specround.report import ReportFilter
+    from specround.serving.session import GenerateOptions, GenerationReport, GenerationSession
+    from specround.telemetry import RoundRecorder
 
 _Item = TypeVar("_Item")
 
@@ -438,14 +445,11 @@ def audit(
     import json
 
     from rich.console import Console
-    from rich.table import Table
 
-    from specround.adapters.sql import SqlEventLog
-    from specround.audit import audit_log, with_findings
+    from specround.audit.console import audit_json, print_audit
     from specround.errors import SpecroundError
-    from specround.report import ReportFilter, matching_request_ids, parse_time, write_report
+    from specround.report import ReportFilter, parse_time
 
-    index_path = None
     try:
         filters = ReportFilter(
             request_ids=tuple(request or ()),
@@ -454,70 +458,41 @@ def audit(
             target_model=model,
             draft_model=draft_model,
         )
-        event_log = SqlEventLog.open(log, read_only=True)
-        try:
-            selected = request or None
-            if model is not None or draft_model is not None:
-                selected = matching_request_ids(event_log, filters)
-            report = audit_log(event_log, selected)
-            report = with_findings(report, _attested_findings(event_log, key, anchor))
-            if report_dir is not None:
-                index_path = write_report(
-                    event_log, report_dir, filters=filters, audit=report, log_name=log
-                ).index
-        finally:
-            event_log.close()
+        report, index_path = _audited(log, filters, report_dir=report_dir, key_file=key, anchor_file=anchor)
     except SpecroundError as exc:
         typer.echo(f"error: {type(exc).__name__}: {exc}", err=True)
         raise typer.Exit(2) from exc
     if as_json:
-        summary = report.summary()
-        if index_path is not None:
-            summary["report"] = str(index_path)
-        summary["per_request"] = [
-            {
-                "request_id": r.request_id,
-                "ok": r.ok,
-                "events": r.events,
-                "rounds": r.rounds,
-                "generation": r.generation,
-            }
-            for r in report.requests
-        ]
-        typer.echo(json.dumps(summary, indent=2))
+        typer.echo(json.dumps(audit_json(report, index_path), indent=2))
     else:
-        console = Console()
-        table = Table(title=f"audit of {log}")
-        for column in ("request", "events", "rounds", "generation", "finished", "result"):
-            table.add_column(column)
-        for r in report.requests:
-            verdict = "[green]clean[/green]" if r.ok else f"[red]{len(r.findings)} finding(s)[/red]"
-            table.add_row(
-                r.request_id, str(r.events), str(r.rounds), str(r.generation), str(r.finished), verdict
-            )
-        console.print(table)
-        if report.findings:
-            findings = Table(title="findings")
-            for column in ("invariant", "kind", "request", "seq", "round", "message"):
-                findings.add_column(column)
-            for f in report.findings:
-                findings.add_row(
-                    f.invariant,
-                    f.kind,
-                    f.request_id,
-                    str(f.seq if f.seq is not None else "-"),
-                    f.round_id or "-",
-                    f.message,
-                )
-            console.print(findings)
-        verdict = "clean" if report.ok else f"{len(report.findings)} finding(s) {report.counts()}"
-        console.print(
-            f"{len(report.requests)} requests, {report.events} events, {report.rounds} rounds: {verdict}"
-        )
-        if index_path is not None:
-            console.print(f"report: {index_path}")
+        print_audit(Console(), report, log, index_path)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _audited(
+    log: str, filters: ReportFilter, *, report_dir: str | None, key_file: str | None, anchor_file: str | None
+) -> tuple[AuditReport, Path | None]:
+    """Audit the requests ``filters`` selects (all without one), and write the HTML report if asked."""
+    from specround.adapters.sql import SqlEventLog
+    from specround.audit import audit_log, with_findings
+    from specround.report import matching_request_ids, write_report
+
+    index_path = None
+    event_log = SqlEventLog.open(log, read_only=True)
+    try:
+        selected: list[str] | None = list(filters.request_ids) or None
+        if filters.target_model is not None or filters.draft_model is not None:
+            selected = matching_request_ids(event_log, filters)
+        report = audit_log(event_log, selected)
+        report = with_findings(report, _attested_findings(event_log, key_file, anchor_file))
+        if report_dir is not None:
+            index_path = write_report(
+                event_log, report_dir, filters=filters, audit=report, log_name=log
+            ).index
+    finally:
+        event_log.close()
+    return report, index_path
 
 
 def _attested_findings(
@@ -791,14 +766,13 @@ def generate(
 ) -> None:
     """Generate text with exact speculative decoding; every round is published to an auditable log."""
     import json
-    import sys
 
     from rich.console import Console
 
     from specround.errors import SpecroundError
-    from specround.serving.render import acceptance_table, generation_progress
+    from specround.hf.cli_run import is_transformers_model
+    from specround.serving.render import acceptance_table
     from specround.serving.session import GenerateOptions, prepare_session
-    from specround.serving.stats import RoundOutcome
 
     if threads is not None:
         import torch
@@ -827,87 +801,86 @@ def generate(
     if engine not in ("specround", "transformers"):
         typer.echo(f"error: --engine must be specround or transformers, got {engine!r}", err=True)
         raise typer.Exit(2)
-    from specround.hf.cli_run import is_transformers_model
-
     if engine == "transformers" or is_transformers_model(model):
-        from specround.hf.cli_run import run_generate
-
-        try:
-            result = run_generate(options)
-        except SpecroundError as exc:
-            typer.echo(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}", err=True)
-            raise typer.Exit(2) from exc
-        typer.echo(json.dumps(result, indent=2) if as_json else result["text"])
-        if not as_json:
-            typer.echo(f"log: {result['log']}  tokens: {result['generated_tokens']}", err=True)
+        _generate_with_transformers(options, as_json)
         return
     try:
         session = prepare_session(options)  # validates everything; creates no file
     except SpecroundError as exc:
-        typer.echo(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}", err=True)
+        _echo_error(exc)
         raise typer.Exit(2) from exc
     err = Console(stderr=True)
-    recorders = []
-    if metrics_port is not None:
-        from specround.telemetry import SpecroundMetrics, kv_row_bytes, serve_metrics
+    report = _run_session(session, err, _metrics_recorders(session, metrics_port, err), as_json, max_tokens)
+    if as_json:
+        typer.echo(json.dumps(report.as_json(), indent=2))
+    else:
+        err.print(acceptance_table(report))
 
-        metrics = SpecroundMetrics(model_name=session.model_id, kv_row_bytes=kv_row_bytes(session.target))
-        try:
-            server = serve_metrics(metrics.registry, metrics_port)
-        except OSError as exc:
-            typer.echo(f"error: cannot serve metrics on 127.0.0.1:{metrics_port}: {exc}", err=True)
-            raise typer.Exit(2) from exc
-        err.print(f"metrics: {server.url}")
-        recorders.append(metrics)
+
+def _run_session(
+    session: GenerationSession, err: Console, recorders: list[RoundRecorder], as_json: bool, max_tokens: int
+) -> GenerationReport:
+    """Run the session (under a progress bar unless ``as_json``); an interrupt or error exits with a note."""
+    from specround.errors import SpecroundError
+    from specround.serving.render import run_with_progress
+
     try:
         if as_json:
-            report = session.run(recorders=recorders)
-        else:
-            with generation_progress(err) as progress:
-                task = progress.add_task("generate", total=max_tokens, rate="", accept="")
-                produced = 0
-
-                # On a terminal rich routes stdout above the live bar one complete line at a time (a flush
-                # would print every piece on its own line); piped, the text streams piece by piece.
-                line_buffered = sys.stdout.isatty()
-
-                def on_text(piece: str) -> None:
-                    sys.stdout.write(piece)
-                    if not line_buffered:
-                        sys.stdout.flush()
-
-                drafts = [0, 0]  # accepted, verified
-
-                def on_round(outcome: RoundOutcome) -> None:
-                    nonlocal produced
-                    produced += outcome.emitted
-                    drafts[0] += outcome.accepted
-                    drafts[1] += outcome.drafted
-                    elapsed = progress.tasks[0].elapsed or 0.0
-                    rate = f"{produced / elapsed:.1f} tok/s" if elapsed > 0 else ""
-                    accept = f"accepted {drafts[0]}/{drafts[1]}" if drafts[1] else ""
-                    progress.update(task, completed=produced, rate=rate, accept=accept)
-
-                report = session.run(on_text=on_text, on_round=on_round, recorders=recorders)
-                sys.stdout.write("\n")  # completes the last line while the bar still routes stdout
-            sys.stdout.flush()
+            return session.run(recorders=recorders)
+        return run_with_progress(session, err, max_tokens, recorders)
     except KeyboardInterrupt:
         typer.echo(
             f"interrupted; {session.log_location.label()} holds every round published so far", err=True
         )
         raise typer.Exit(130) from None
     except SpecroundError as exc:
-        typer.echo(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}", err=True)
+        _echo_error(exc)
         log_file = session.log_location.sqlite_path
         if log_file is None or log_file.is_file():
             typer.echo(
                 f"{session.log_location.label()} holds every round published before the error", err=True
             )
         raise typer.Exit(1) from exc
-    if as_json:
-        typer.echo(json.dumps(report.as_json(), indent=2))
-    else:
-        err.print(acceptance_table(report))
+
+
+def _echo_error(exc: Exception) -> None:
+    """``error: <Type>: <message>`` on stderr, the message on one line."""
+    typer.echo(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}", err=True)
+
+
+def _generate_with_transformers(options: GenerateOptions, as_json: bool) -> None:
+    """``specround generate --engine transformers``: run, then print the text (or the JSON result)."""
+    import json
+
+    from specround.errors import SpecroundError
+    from specround.hf.cli_run import run_generate
+
+    try:
+        result = run_generate(options)
+    except SpecroundError as exc:
+        _echo_error(exc)
+        raise typer.Exit(2) from exc
+    typer.echo(json.dumps(result, indent=2) if as_json else result["text"])
+    if not as_json:
+        typer.echo(f"log: {result['log']}  tokens: {result['generated_tokens']}", err=True)
+
+
+def _metrics_recorders(
+    session: GenerationSession, metrics_port: int | None, err: Console
+) -> list[RoundRecorder]:
+    """With ``--metrics-port``, a Prometheus recorder served on 127.0.0.1:PORT; none without."""
+    if metrics_port is None:
+        return []
+    from specround.telemetry import SpecroundMetrics, kv_row_bytes, serve_metrics
+
+    metrics = SpecroundMetrics(model_name=session.model_id, kv_row_bytes=kv_row_bytes(session.target))
+    try:
+        server = serve_metrics(metrics.registry, metrics_port)
+    except OSError as exc:
+        typer.echo(f"error: cannot serve metrics on 127.0.0.1:{metrics_port}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    err.print(f"metrics: {server.url}")
+    return [metrics]
 
 
 @bench_app.command("report")

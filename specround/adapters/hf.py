@@ -23,9 +23,16 @@ from specround.errors import (
     DraftIdOutOfVocabError,
     InvalidRequestError,
     ModelLoadError,
-    UnknownLayoutError,
 )
-from specround.sampling.types import Layout
+from specround.sampling.layouts import (
+    VerificationInputs,
+    extract_verification,
+    parse_layout,
+    replays_frontier,
+    retains_frontier,
+    verification_inputs,
+    verify_row_count,
+)
 from specround.statemachine.model_ports import BranchHandle, VerifyRequest, VerifyResult
 
 __all__ = ["HFTarget"]
@@ -193,51 +200,53 @@ class HFTarget:
     def verify(self, requests: Sequence[VerifyRequest]) -> list[VerifyResult]:
         """Score each request's path (one batch-1 forward per request); logits [K+1, V] per request."""
         seen: set[str] = set()
+        plan: list[tuple[VerifyRequest, _Request, VerificationInputs]] = []
         for r in requests:
             if r.request_id in seen:
                 raise InvalidRequestError(f"request {r.request_id!r} appears twice in one verification")
             seen.add(r.request_id)
-            req = self._get(r.request_id)
-            if req.branch is not None:
-                raise CacheProtocolError(f"request {r.request_id!r} has a live branch")
-            try:
-                layout = Layout(r.layout)
-            except ValueError:
-                raise UnknownLayoutError(f"unknown layout {r.layout!r}") from None
-            self._check_ids([r.frontier], "frontier", DraftIdOutOfVocabError)
-            self._check_ids(r.draft_ids, "draft token", DraftIdOutOfVocabError)
-            self._check_room(r.request_id, len(req.token_ids) + 1 + len(r.draft_ids))
-            if layout is Layout.REPLAY_FRONTIER and req.retained_token is not None:
-                raise CacheProtocolError(f"request {r.request_id!r} retains its frontier row")
-            if layout is Layout.RETAINED_FRONTIER and req.retained_token != r.frontier:
-                raise CacheProtocolError(f"request {r.request_id!r} has no retained row for {r.frontier}")
+            plan.append((r, *self._planned_verification(r)))
         results = []
-        for r in requests:
-            req = self._requests[r.request_id]
-            layout = Layout(r.layout)
-            base = len(req.token_ids)
-            drafts = [int(t) for t in r.draft_ids]
-            if layout is Layout.REPLAY_FRONTIER:
-                logits = self._run(req, [int(r.frontier), *drafts], base)  # [K+1, V]
-                computed = len(drafts) + 1
-            else:
-                assert req.retained_logits is not None
-                rows = self._run(req, drafts, base + 1) if drafts else torch.empty(0, self._vocab)
-                logits = torch.cat((req.retained_logits[None], rows))  # [K+1, V]
-                computed = len(drafts)
+        for r, req, inputs in plan:
+            rows = len(inputs.input_ids)
+            computed = torch.empty(0, self._vocab)  # [0, V]: no drafts to score past a retained row
+            if rows:
+                computed = self._run(req, inputs.input_ids, inputs.first_position)  # [rows, V]
+            k = len(r.draft_ids)
+            verification = extract_verification(
+                inputs.layout, computed, inputs.positions, k, retained_p1=req.retained_logits
+            )
             branch = BranchHandle(
                 request_id=r.request_id,
                 branch_id=self._next_branch,
-                layout=layout,
-                base_len=base,
-                token_ids=(int(r.frontier), *drafts),
+                layout=inputs.layout,
+                base_len=len(req.token_ids),
+                token_ids=(int(r.frontier), *(int(t) for t in r.draft_ids)),
             )
             self._next_branch += 1
             req.branch = branch
             results.append(
-                VerifyResult(request_id=r.request_id, logits=logits, branch=branch, computed_rows=computed)
+                VerifyResult(
+                    request_id=r.request_id, logits=verification.p_rows, branch=branch, computed_rows=rows
+                )
             )
         return results
+
+    def _planned_verification(self, r: VerifyRequest) -> tuple[_Request, VerificationInputs]:
+        """Check one request of a verification against its cache; its input rows by absolute position."""
+        req = self._get(r.request_id)
+        if req.branch is not None:
+            raise CacheProtocolError(f"request {r.request_id!r} has a live branch")
+        layout = parse_layout(r.layout)
+        self._check_ids([r.frontier], "frontier", DraftIdOutOfVocabError)
+        self._check_ids(r.draft_ids, "draft token", DraftIdOutOfVocabError)
+        self._check_room(r.request_id, len(req.token_ids) + 1 + len(r.draft_ids))
+        if replays_frontier(layout) and req.retained_token is not None:
+            raise CacheProtocolError(f"request {r.request_id!r} retains its frontier row")
+        if retains_frontier(layout) and req.retained_token != r.frontier:
+            raise CacheProtocolError(f"request {r.request_id!r} has no retained row for {r.frontier}")
+        drafts = [int(t) for t in r.draft_ids]
+        return req, verification_inputs(layout, int(r.frontier), drafts, len(req.token_ids))
 
     def commit(self, request_id: str, branch: BranchHandle, keep: int) -> None:
         """Keep the first ``keep`` logical rows of the live branch: crop the rest off the cache."""
@@ -246,7 +255,7 @@ class HFTarget:
             raise InvalidRequestError(f"keep must lie in 0..{len(branch.token_ids)}, got {keep!r}")
         if branch.base_len != len(req.token_ids):
             raise CacheProtocolError(f"branch {branch.branch_id} was built on a different committed length")
-        retained = branch.layout is Layout.RETAINED_FRONTIER
+        retained = retains_frontier(branch.layout)
         rows_kept = max(keep, 1) if retained else keep  # a retained row stays retained when keep == 0
         self._crop(req, len(branch.token_ids) - rows_kept)
         req.token_ids.extend(branch.token_ids[:keep])
@@ -258,8 +267,7 @@ class HFTarget:
     def discard(self, request_id: str, branch: BranchHandle) -> None:
         """Crop the branch rows; committed rows and a retained frontier stay."""
         req = self._live_branch(request_id, branch)
-        retained = branch.layout is Layout.RETAINED_FRONTIER
-        self._crop(req, len(branch.token_ids) - (1 if retained else 0))
+        self._crop(req, verify_row_count(branch.layout, len(branch.token_ids) - 1))  # the rows it computed
         req.branch = None
 
     def release(self, request_id: str) -> None:

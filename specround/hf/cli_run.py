@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from specround.errors import InvalidRequestError, ModelLoadError, UnknownProposerError
+from specround.hf.controller_bridge import BRIDGE_LAYOUT
 from specround.serving.session import GenerateOptions, default_log_path, parse_draft_length
 
 __all__ = ["LoadedModel", "generation_kwargs", "load_causal_lm", "rounded_copy", "run_generate"]
@@ -93,8 +94,10 @@ def generation_kwargs(options: GenerateOptions) -> dict[str, Any]:
     ]
     if refused:
         raise InvalidRequestError(f"the transformers engine has no {', '.join(refused)}")
-    if options.layout != "replay_frontier":
-        raise InvalidRequestError("the transformers engine verifies in the replay_frontier layout only")
+    if options.layout != BRIDGE_LAYOUT.value:
+        raise InvalidRequestError(
+            f"the transformers engine verifies in the {BRIDGE_LAYOUT.value} layout only"
+        )
     kwargs: dict[str, Any] = {"max_new_tokens": options.max_tokens}
     if options.temperature == 0:
         kwargs["do_sample"] = False

@@ -20,7 +20,10 @@ from specround.statemachine.ports import EventLog
 from specround.statemachine.rounds import RoundResult
 from specround.statemachine.state import RequestState
 
-__all__ = ["ControllerBridge", "RoundRequest"]
+__all__ = ["BRIDGE_LAYOUT", "ControllerBridge", "RoundRequest"]
+
+BRIDGE_LAYOUT = Layout.REPLAY_FRONTIER
+"""The one layout the transformers path verifies in: its batch cache keeps no retained frontier row."""
 
 
 class RoundRequest:
@@ -90,7 +93,7 @@ class ControllerBridge:
             seed=seed,
             max_new_tokens=max_new_tokens,
             processors=chain,
-            layout=Layout.REPLAY_FRONTIER,
+            layout=BRIDGE_LAYOUT,
             stop_token_ids=stop_token_ids,
             request_id=request_id,
             coordinate=coordinate,

@@ -25,19 +25,18 @@ every round is in the event log, so ``specround audit`` checks the run as any ot
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from specround.errors import InvalidRequestError, SpecroundError, UnsupportedGenerationConfigError
+from specround.errors import InvalidRequestError, UnsupportedGenerationConfigError
 from specround.hf.batch_cache import BatchedCausalLM
+from specround.hf.batch_loop import BatchLoop, RowRequests
 from specround.hf.config import GenerationSettings, resolve_settings
-from specround.hf.controller_bridge import ControllerBridge, RoundRequest
-from specround.hf.drafting import AssistantDrafter, DraftAsk, Drafter, LookupDrafter
+from specround.hf.controller_bridge import ControllerBridge
+from specround.hf.drafting import AssistantDrafter, Drafter, LookupDrafter
 from specround.hf.outputs import SpecroundGenerateOutput, pad_sequences, stack_positions
 from specround.hf.processors import build_chain, stop_strings_processor
 from specround.sampling.processors.chain import ProcessorChain
@@ -45,14 +44,9 @@ from specround.serving.policy import (
     MAX_DRAFT_LENGTH,
     AdaptiveDraftLength,
     DraftLengthPolicy,
-    DraftSlot,
     FixedDraftLength,
-    StepCosts,
 )
-from specround.serving.stats import AcceptanceStats, RoundOutcome
-from specround.statemachine.events import RoundTimings
 from specround.statemachine.ports import EventLog
-from specround.statemachine.rounds import RoundStatus
 
 __all__ = ["generate"]
 
@@ -136,6 +130,65 @@ def _model_id(model: Any) -> str:
     return f"hf:{getattr(model.config, '_name_or_path', '') or type(model).__name__}"
 
 
+def _drafter(assistant_model: Any, settings: GenerationSettings, batch: int, vocab: int) -> Drafter | None:
+    """The assistant model's drafter, the prompt lookup's, or None (plain decoding)."""
+    if assistant_model is not None:
+        assistant_model.eval()
+        return AssistantDrafter(
+            assistant_model, range(batch), vocab_size=vocab, filler_id=settings.pad_token_id or 0
+        )
+    if settings.prompt_lookup_num_tokens:
+        return LookupDrafter(vocab, max_ngram=settings.max_matching_ngram_size or 2)
+    return None
+
+
+def _chains(
+    settings: GenerationSettings,
+    assistant: GenerationSettings,
+    tokenizer: Any,
+    prompts: Sequence[Sequence[int]],
+    width: int,
+    vocab: int,
+) -> tuple[list[ProcessorChain], list[ProcessorChain]]:
+    """Each row's target (p) chain, and its draft (q) chain advanced over its prompt."""
+    stops = stop_strings_processor(settings, tokenizer, vocab)
+    q_stops = stops if assistant is settings else stop_strings_processor(assistant, tokenizer, vocab)
+    p_chains = [
+        build_chain(settings, vocab, input_length=width, prompt_length=len(p), stop_strings=stops)
+        for p in prompts
+    ]
+    q_chains: list[ProcessorChain] = []
+    for prompt in prompts:
+        chain = build_chain(
+            assistant, vocab, input_length=width, prompt_length=len(prompt), stop_strings=q_stops
+        )
+        chain.advance_many(prompt)
+        q_chains.append(chain)
+    return p_chains, q_chains
+
+
+def _coordinate(
+    model: Any, target: BatchedCausalLM, drafter: Drafter | None, draft_processors_digest: str
+) -> dict[str, Any]:
+    """The static round coordinate every row's request is opened with (models, backend, draft chain)."""
+    import transformers
+
+    from specround import __version__
+
+    return {
+        "target_model_id": _model_id(model),
+        "draft_model_id": drafter.proposer_id if drafter is not None else "none",
+        "backend": {
+            "dtype": str(target.dtype).removeprefix("torch."),
+            "attention_path": f"hf-batched-{getattr(model.config, '_attn_implementation', 'eager')}",
+            "software_revision": (
+                f"specround {__version__}, torch {torch.__version__}, transformers {transformers.__version__}"
+            ),
+        },
+        "draft_processors_digest": draft_processors_digest,
+    }
+
+
 def generate(
     model: Any,
     input_ids: torch.Tensor | None = None,
@@ -190,262 +243,51 @@ def generate(
             raise InvalidRequestError(
                 f"row {b}: prompt ({len(prompt)}) + {budget} new tokens exceed the context of {context}"
             )
-    drafter: Drafter | None = None
-    if assistant_model is not None:
-        assistant_model.eval()
-        drafter = AssistantDrafter(
-            assistant_model, range(batch), vocab_size=vocab, filler_id=settings.pad_token_id or 0
-        )
-    elif settings.prompt_lookup_num_tokens:
-        drafter = LookupDrafter(vocab, max_ngram=settings.max_matching_ngram_size or 2)
+    drafter = _drafter(assistant_model, settings, batch, vocab)
     policy = _policy(k, settings, drafter)
-    stops = stop_strings_processor(settings, tokenizer, vocab)
-    q_stops = stops if assistant is settings else stop_strings_processor(assistant, tokenizer, vocab)
     eos = tuple(t for t in settings.eos_token_ids if 0 <= t < vocab)
-    p_chains = [
-        build_chain(settings, vocab, input_length=width, prompt_length=len(p), stop_strings=stops)
-        for p in prompts
-    ]
-    q_chains: list[ProcessorChain] = []
-    for prompt in prompts:
-        chain = build_chain(
-            assistant, vocab, input_length=width, prompt_length=len(prompt), stop_strings=q_stops
-        )
-        chain.advance_many(prompt)
-        q_chains.append(chain)
-    import transformers
-
-    from specround import __version__
-
-    coordinate = {
-        "target_model_id": _model_id(model),
-        "draft_model_id": drafter.proposer_id if drafter is not None else "none",
-        "backend": {
-            "dtype": str(target.dtype).removeprefix("torch."),
-            "attention_path": f"hf-batched-{getattr(model.config, '_attn_implementation', 'eager')}",
-            "software_revision": (
-                f"specround {__version__}, torch {torch.__version__}, transformers {transformers.__version__}"
-            ),
-        },
-        "draft_processors_digest": q_chains[0].config_digest() if drafter is not None else "none",
-    }
+    p_chains, q_chains = _chains(settings, assistant, tokenizer, prompts, width, vocab)
+    draft_digest = q_chains[0].config_digest() if drafter is not None else "none"
+    coordinate = _coordinate(model, target, drafter, draft_digest)
     event_log, label, owned = _open_log(log)
     try:
-        return _run(
+        loop = BatchLoop(
             target,
             drafter,
             policy,
             ControllerBridge(event_log),
-            ids=ids,
-            prompts=prompts,
-            seeds=seeds,
-            budget=budget,
-            p_chains=p_chains,
             q_chains=q_chains,
-            eos=eos,
-            coordinate=coordinate,
             settings=settings,
-            label=label,
             context=context,
         )
+        rows = RowRequests(prompts, seeds, budget, p_chains, eos, coordinate)
+        return _run(loop, rows, ids=ids, label=label)
     finally:
         if owned:
             event_log.close()
 
 
 def _run(
-    target: BatchedCausalLM,
-    drafter: Drafter | None,
-    policy: DraftLengthPolicy,
-    bridge: ControllerBridge,
-    *,
-    ids: torch.Tensor,
-    prompts: list[list[int]],
-    seeds: list[int],
-    budget: int,
-    p_chains: list[ProcessorChain],
-    q_chains: list[ProcessorChain],
-    eos: tuple[int, ...],
-    coordinate: dict[str, Any],
-    settings: GenerationSettings,
-    label: str,
-    context: int,
+    loop: BatchLoop, rows: RowRequests, *, ids: torch.Tensor, label: str
 ) -> torch.Tensor | SpecroundGenerateOutput:
-    clock = time.perf_counter
-    start = clock()
-    batch, vocab = len(prompts), target.vocab_size
-    rids: list[str] = []
-    states = []
-    for b, prompt in enumerate(prompts):
-        state = bridge.open_request(
-            prompt,
-            seed=seeds[b],
-            max_new_tokens=budget,
-            chain=p_chains[b],
-            stop_token_ids=eos,
-            coordinate=coordinate,
-            request_id=uuid.uuid4().hex,
-        )
-        rids.append(state.request_id)
-        states.append(state)
-    # Prefill: the committed cache C = O[:-1] of every row in one forward.
-    feeds = {b: list(states[b].cache) for b in range(batch)}
-    if any(feeds.values()):
-        target.forward(feeds, rows="none")
-        target.commit({b: len(f) for b, f in feeds.items()})
-    live = [b for b in range(batch) if not states[b].finished]
-    rounds: list[list[RoundOutcome]] = [[] for _ in range(batch)]
-    stats = [AcceptanceStats() for _ in range(batch)]
-    totals = AcceptanceStats()
-    want_scores, want_logits = settings.output_scores, settings.output_logits
-    scores: list[list[torch.Tensor]] = [[] for _ in range(batch)]
-    raw: list[list[torch.Tensor]] = [[] for _ in range(batch)]
-    last_end = clock()
-    while live:
-        step_start = clock()
-        gap = step_start - last_end
-        caps = {}
-        for b in live:
-            room = context - len(states[b].cache) - 1
-            caps[b] = (
-                0 if drafter is None else max(0, min(bridge.remaining(rids[b]) - 1, MAX_DRAFT_LENGTH, room))
-            )
-        ks = policy.choose([DraftSlot(rids[b], caps[b]) for b in live])
-        asked = {b: max(0, min(int(kk), caps[b])) for b, kk in zip(live, ks, strict=True)}
-        drafts: dict[int, tuple[int, ...]] = {b: () for b in live}
-        q_rows: dict[int, torch.Tensor | None] = {b: None for b in live}
-        draws = {b: 0 for b in live}
-        draft_s = 0.0
-        drafting = [b for b in live if asked[b] > 0]
-        if drafter is not None and drafting:
-            t0 = clock()
-            offered = drafter.propose(
-                [
-                    DraftAsk(
-                        b, states[b].output, asked[b], q_chains[b].clone(), seeds[b], states[b].rng.proposal
-                    )
-                    for b in drafting
-                ]
-            )
-            draft_s = clock() - t0
-            kept = policy.trim([DraftSlot(rids[b], len(offered[b].tokens)) for b in drafting])
-            for b, count in zip(drafting, kept, strict=True):
-                got = offered[b]
-                n = max(0, min(int(count), len(got.tokens)))
-                drafts[b] = got.tokens[:n]
-                q_rows[b] = got.q_rows[:n]
-                draws[b] = min(got.draws, n) if got.draws else 0
-        # Verification: ONE target forward for the batch.
-        t0 = clock()
-        frontier = {b: states[b].frontier for b in live}
-        logits = target.forward({b: [int(frontier[b] or 0), *drafts[b]] for b in live})
-        verify_s = clock() - t0
-        requests = []
-        rows_s: dict[int, float] = {}
-        p_rows: dict[int, torch.Tensor] = {}
-        for b in live:
-            t1 = clock()
-            p_rows[b] = bridge.processors(rids[b]).rows_along(logits[b], drafts[b])  # [k + 1, V]
-            rows_s[b] = clock() - t1
-        asked_total = sum(asked[b] for b in drafting)
-        rows_total = sum(len(drafts[b]) + 1 for b in live)
-        for b in live:
-            timing = RoundTimings(
-                draft_s=draft_s * asked[b] / asked_total if asked_total else 0.0,
-                verify_s=verify_s * (len(drafts[b]) + 1) / rows_total,
-                state_s=rows_s[b],
-                queue_s=gap / len(live),
-            )
-            requests.append(
-                RoundRequest(
-                    rids[b],
-                    drafts[b],
-                    q_rows[b],
-                    p_rows[b],
-                    proposal_draws=draws[b],
-                    verify_rows=len(drafts[b]) + 1,
-                    timings=timing,
-                )
-            )
-        t0 = clock()
-        results = bridge.step(requests)
-        controller_s = clock() - t0
-        keeps: dict[int, int] = {}
-        outcomes = []
-        failure: SpecroundError | None = None
-        for b, req, result in zip(live, requests, results, strict=True):
-            if result.status not in (RoundStatus.PUBLISHED, RoundStatus.ACKNOWLEDGED):
-                keeps[b] = 0
-                failure = (
-                    failure or result.error or InvalidRequestError(f"round of row {b} was not published")
-                )
-                continue
-            assert result.kv is not None and result.state is not None and result.commit is not None
-            keeps[b] = result.kv.keep
-            states[b] = result.state
-            q_chains[b].advance_many(result.emitted_ids)
-            emitted = len(result.emitted_ids)
-            if want_scores:
-                scores[b].extend(torch.log(p_rows[b][j]) for j in range(emitted))
-            if want_logits:
-                raw[b].extend(logits[b][j] for j in range(emitted))
-            if drafter is not None and not result.finished:
-                drafter.on_published(b, result.state.output)
-            outcome = RoundOutcome(
-                request_id=rids[b],
-                generation=result.generation,
-                requested_k=asked[b],
-                drafted=len(req.draft_ids),
-                accepted=result.accepted,
-                reached=result.commit.rng_after[1] - result.commit.rng_before[1],
-                emitted_ids=result.emitted_ids,
-                terminal=result.terminal or "bonus",
-                finished=result.finished,
-                finish_reason=result.finish_reason,
-                timings=req.timings or RoundTimings(),
-            )
-            rounds[b].append(outcome)
-            stats[b].add(outcome)
-            totals.add(outcome)
-            outcomes.append(outcome)
-        target.commit(keeps)
-        if failure is not None:
-            raise failure
-        finished = [b for b in live if states[b].finished]
-        for b in finished:
-            policy.forget(rids[b])
-        live = [b for b in live if not states[b].finished]
-        target.compact(live)
-        if drafter is not None:
-            drafter.keep_rows(live)
-        policy.observe(
-            outcomes,
-            StepCosts(
-                draft=(max(asked[b] for b in drafting), draft_s)
-                if drafting and drafter is not None
-                else None,
-                verify_calls=((rows_total, verify_s),),
-                states=tuple(
-                    (len(r.draft_ids), rows_s[b] + controller_s / len(requests))
-                    for b, r in zip(asked, requests, strict=True)
-                ),
-                gap_s=gap,
-            ),
-        )
-        last_end = clock()
-    generated = [list(s.generated) for s in states]
+    """Open and run every row; the padded sequences, or the whole output with ``return_dict_in_generate``."""
+    start = loop.clock()
+    loop.open(rows)
+    loop.run()
+    settings, vocab = loop.settings, loop.target.vocab_size
+    generated = [list(s.generated) for s in loop.states]
     sequences = pad_sequences(ids, generated, settings.pad_token_id)
     if not settings.return_dict_in_generate:
         return sequences
     return SpecroundGenerateOutput(
         sequences=sequences,
-        scores=stack_positions(scores, vocab) if want_scores else None,
-        logits=stack_positions(raw, vocab) if want_logits else None,
-        request_ids=tuple(rids),
-        rounds=tuple(tuple(r) for r in rounds),
-        stats=tuple(stats),
-        totals=totals,
-        finish_reasons=tuple(s.finish_reason for s in states),
+        scores=stack_positions(loop.scores, vocab) if settings.output_scores else None,
+        logits=stack_positions(loop.raw, vocab) if settings.output_logits else None,
+        request_ids=tuple(loop.rids),
+        rounds=tuple(tuple(r) for r in loop.rounds),
+        stats=tuple(loop.stats),
+        totals=loop.totals,
+        finish_reasons=tuple(s.finish_reason for s in loop.states),
         log=label,
-        wall_s=clock() - start,
+        wall_s=loop.clock() - start,
     )

@@ -13,6 +13,11 @@ Both yield the same logical tuple ``([p_1..p_K], p_{K+1}, [KV(d_1)..KV(d_K)])`` 
 layout also hands back ``KV(x_t)``, which a published round always commits. Row ``j`` of every input owns
 both its K/V row and the logits that score the *next* position: the one-row offset is structural.
 
+Every layout decision is made here, by :func:`replays_frontier`; the row count (:func:`verify_row_count`),
+the inputs (:func:`verification_inputs`) and the row mapping (:func:`extract_verification`) derive from it,
+and the target adapters, the serving loop and the controller call these functions rather than compare
+layouts themselves.
+
 Attention visibility is a predicate on request identity and absolute position, never on local row
 indices: query ``u`` may read key ``v`` iff ``request(u) == request(v) and position(v) <= position(u)``
 (0x04C, 0x04E).
@@ -40,7 +45,10 @@ __all__ = [
     "VerificationInputs",
     "extract_verification",
     "parse_layout",
+    "replays_frontier",
+    "retains_frontier",
     "verification_inputs",
+    "verify_row_count",
     "visibility_mask",
 ]
 
@@ -65,6 +73,25 @@ def parse_layout(layout: Layout | str) -> Layout:
         raise UnknownLayoutError(f"unknown verification layout {layout!r}") from exc
 
 
+def replays_frontier(layout: Layout | str) -> bool:
+    """Whether a verification under ``layout`` feeds the frontier ``x_t`` again (``replay_frontier``).
+
+    The one layout decision: under ``retained_frontier`` the frontier's K/V row and ``p_1`` were computed by
+    a one-row call before the round and are retained beside the cache instead.
+    """
+    return parse_layout(layout) is Layout.REPLAY_FRONTIER
+
+
+def retains_frontier(layout: Layout | str) -> bool:
+    """Whether ``layout`` retains the frontier's row, computed before the round (``retained_frontier``)."""
+    return not replays_frontier(layout)
+
+
+def verify_row_count(layout: Layout | str, k: int) -> int:
+    """Input (and logits) rows a verification of ``k`` drafts computes: ``k + 1`` replayed, ``k`` retained."""
+    return k + 1 if replays_frontier(layout) else k
+
+
 @dataclass(frozen=True, slots=True)
 class VerificationInputs:
     """What one request contributes to a verification call, by absolute position."""
@@ -76,6 +103,8 @@ class VerificationInputs:
     """Absolute position of each input row (the position its K/V row will own)."""
     scored_positions: tuple[int, ...]
     """Absolute position of the event each logits row scores: ``positions[j] + 1``."""
+    first_position: int
+    """Absolute position of the first input row: ``t`` (replay) or ``t + 1`` (retained), even with no rows."""
 
 
 def verification_inputs(
@@ -94,14 +123,10 @@ def verification_inputs(
         raise DraftIdOutOfVocabError(f"token ids must be non-negative integers, got {tokens}")
     if isinstance(start_position, bool) or not isinstance(start_position, int) or start_position < 0:
         raise InvalidRequestError(f"start_position must be a non-negative integer, got {start_position!r}")
-    if chosen is Layout.REPLAY_FRONTIER:
-        ids = tuple(tokens)
-        first = start_position
-    else:
-        ids = tuple(drafts)
-        first = start_position + 1
+    ids = tuple(tokens[len(tokens) - verify_row_count(chosen, len(drafts)) :])  # the last rows of [x_t, d..]
+    first = start_position + len(tokens) - len(ids)
     positions = tuple(range(first, first + len(ids)))
-    return VerificationInputs(chosen, ids, positions, tuple(p + 1 for p in positions))
+    return VerificationInputs(chosen, ids, positions, tuple(p + 1 for p in positions), first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,16 +179,17 @@ def extract_verification(
         raise ShapeMismatchError(f"logits must be [rows, V], got {tuple(logits.shape)}")
     vocab = logits.shape[1]
     kv_rows = len(new_kv)
-    if chosen is Layout.REPLAY_FRONTIER:
+    needed = verify_row_count(chosen, k)
+    if logits.shape[0] != needed or kv_rows != needed:
+        raise ShapeMismatchError(
+            f"{chosen.value} with k = {k} needs {needed} logits and K/V rows, "
+            f"got {logits.shape[0]} and {kv_rows}"
+        )
+    replayed = needed - k  # input rows before d_1: 1 (x_t replayed) or 0 (its row was retained)
+    if replayed:
         if retained_p1 is not None:
             raise ShapeMismatchError("replay_frontier recomputes p_1: retained_p1 must be None")
-        if logits.shape[0] != k + 1 or kv_rows != k + 1:
-            raise ShapeMismatchError(
-                f"replay_frontier with k = {k} needs {k + 1} logits and K/V rows, "
-                f"got {logits.shape[0]} and {kv_rows}"
-            )
         rows = logits  # [k+1, V]
-        kv_frontier, kv_draft = new_kv[:1], new_kv[1:]
     else:
         if retained_p1 is None:
             raise ShapeMismatchError("retained_frontier needs the retained p_1 row")
@@ -172,13 +198,8 @@ def extract_verification(
                 f"retained_p1 must be [{vocab}] {logits.dtype}, "
                 f"got {tuple(retained_p1.shape)} {retained_p1.dtype}"
             )
-        if logits.shape[0] != k or kv_rows != k:
-            raise ShapeMismatchError(
-                f"retained_frontier with k = {k} needs {k} logits and K/V rows, "
-                f"got {logits.shape[0]} and {kv_rows}"
-            )
         rows = torch.cat([retained_p1.unsqueeze(0), logits], dim=0)  # [k+1, V]
-        kv_frontier, kv_draft = new_kv[:0], new_kv
+    kv_frontier, kv_draft = new_kv[:replayed], new_kv[replayed:]
     return Verification(chosen, rows[:k], rows[k], kv_frontier, kv_draft)
 
 

@@ -26,7 +26,7 @@ carry the duration of its own publish, so a round's ``state_s`` holds its p-row 
 of the request's previous round (its share of the controller step, its K/V execution and the proposer
 notification). Summed over a request's rounds the ledger therefore covers its wall time except the prompt
 prefill and the closing work of its final round, which the loop's own total
-(:attr:`ServingLoop.wall_seconds`) includes.
+(:attr:`ServingLoop.wall_seconds`) includes. The share-out is :mod:`specround.serving.step_timings`.
 
 **Failures.** Nothing is half-published: the controller's step either publishes a round or leaves its state
 as it was (INV-7). An aborted round's branch is discarded and the request keeps its state; a round aborted by
@@ -47,6 +47,7 @@ from typing import Any
 import torch
 
 from specround.errors import InjectedFaultError, InvalidRequestError, SpecroundError
+from specround.sampling.layouts import retains_frontier
 from specround.sampling.processors.chain import ProcessorChain, sampling_chain
 from specround.sampling.types import PAD_ID, Layout
 from specround.serving.policy import (
@@ -57,6 +58,7 @@ from specround.serving.policy import (
     StepCosts,
 )
 from specround.serving.stats import AcceptanceStats, RoundOutcome
+from specround.serving.step_timings import RoundWork, StepTimes, share_out, verify_calls
 from specround.statemachine.controller import RoundController
 from specround.statemachine.events import RoundTimings
 from specround.statemachine.model_ports import (
@@ -297,124 +299,145 @@ class ServingLoop:
     # --- the step ---------------------------------------------------------------------------------------
 
     def _step(self, gap: float) -> list[RoundOutcome]:
-        clock = self._clock
         if self._dirty:
             self._resync_all()
         self._prefill_new()
         requests = list(self._requests.values())
         if not requests:
             return []
+        rounds = self._plan_rounds(requests)
+        self._live = rounds
+        frontier_s = self._materialize_frontiers(rounds)
+        drafting = [r for r in rounds if r.k > 0]
+        draft_s = self._draft(drafting)
+        verify_s = self._verify(rounds)
+        self._process_rows(rounds)
+        times = StepTimes(draft_s=draft_s, verify_s=verify_s, frontier_s=frontier_s, gap_s=gap)
+        work = [
+            RoundWork(
+                asked=r.k,
+                computed_rows=self._verified(r).computed_rows,
+                frontier_rows=r.frontier_rows,
+                own_s=r.rows_s + r.req.closing_s,
+            )
+            for r in rounds
+        ]
+        timings = share_out(times, work)
+        t0 = self._clock()
+        results = self._publish(rounds, timings)
+        controller_s = self._clock() - t0
+        outcomes, state_costs = self._settle_all(rounds, results, timings, controller_s)
+        self._live = []
+        self.policy.observe(
+            outcomes,
+            StepCosts(
+                draft=(max(r.k for r in drafting), draft_s) if drafting and self.proposer else None,
+                verify_calls=verify_calls(times, work),
+                states=tuple(state_costs),
+                gap_s=gap,
+            ),
+        )
+        return outcomes
+
+    def _plan_rounds(self, requests: Sequence[_Request]) -> list[_Round]:
+        """Step 1: each request's K from the policy, capped by its budget and context room."""
         caps = [self._cap(req) for req in requests]
         ks = self.policy.choose(
             [DraftSlot(req.request_id, cap) for req, cap in zip(requests, caps, strict=True)]
         )
-        rounds = [
-            _Round(req, max(0, min(int(k), cap))) for req, k, cap in zip(requests, ks, caps, strict=True)
-        ]
-        self._live = rounds
+        return [_Round(req, max(0, min(int(k), cap))) for req, k, cap in zip(requests, ks, caps, strict=True)]
 
-        # Frontier rows (retained layout): one packed call for the frontiers that have no row yet.
-        frontier_s = 0.0
-        if self.layout is Layout.RETAINED_FRONTIER:
-            for rnd in rounds:
-                rnd.frontier_rows = 0 if self.target.retained_frontier(rnd.req.request_id) is not None else 1
-            t0 = clock()
-            self.target.materialize_frontier({r.req.request_id: self._frontier(r.req) for r in rounds})
-            frontier_s = clock() - t0
+    def _materialize_frontiers(self, rounds: Sequence[_Round]) -> float:
+        """Step 2 (retained layout): one packed call for the frontiers without a row; returns its seconds."""
+        if not retains_frontier(self.layout):
+            return 0.0
+        for rnd in rounds:
+            rnd.frontier_rows = 0 if self.target.retained_frontier(rnd.req.request_id) is not None else 1
+        t0 = self._clock()
+        self.target.materialize_frontier({r.req.request_id: self._frontier(r.req) for r in rounds})
+        return self._clock() - t0
 
-        # Drafts: one proposer call for the requests that draft.
-        draft_s, drafting = 0.0, [r for r in rounds if r.k > 0]
-        if drafting and self.proposer is not None:
-            controller = self.controller
-            asks = [
-                ProposalRequest(
-                    request_id=r.req.request_id,
-                    context_ids=r.req.state.output,
-                    k=r.k,
-                    processors=controller.processors(r.req.request_id),
-                    seed=r.req.seed,
-                    proposal_counter=r.req.state.rng.proposal,
-                )
-                for r in drafting
-            ]
-            t0 = clock()
-            proposals = self.proposer.propose(asks)
-            draft_s = clock() - t0
-            for rnd, proposal in zip(drafting, proposals, strict=True):
-                if proposal.request_id != rnd.req.request_id or proposal.draft_ids.numel() > rnd.k:
-                    raise InvalidRequestError(
-                        f"the proposer answered {proposal.request_id!r} with {proposal.draft_ids.numel()} "
-                        f"drafts for {rnd.req.request_id!r} (asked for at most {rnd.k})"
-                    )
-                rnd.proposal = proposal
-            # Verify a prefix of what was offered (the policy's trim; exactness is kept, see the policy).
-            keep = self.policy.trim(
-                [
-                    DraftSlot(r.req.request_id, r.proposal.draft_ids.numel() if r.proposal else 0)
-                    for r in drafting
-                ]
+    def _draft(self, drafting: Sequence[_Round]) -> float:
+        """Step 3: one proposer call for the drafting rounds, then the policy's trim; returns its seconds."""
+        if not drafting or self.proposer is None:
+            return 0.0
+        controller = self.controller
+        asks = [
+            ProposalRequest(
+                request_id=r.req.request_id,
+                context_ids=r.req.state.output,
+                k=r.k,
+                processors=controller.processors(r.req.request_id),
+                seed=r.req.seed,
+                proposal_counter=r.req.state.rng.proposal,
             )
-            for rnd, count in zip(drafting, keep, strict=True):
-                if rnd.proposal is None:
-                    continue
-                offered = rnd.proposal.draft_ids.numel()
-                count = max(0, min(int(count), offered))
-                rnd.drafts = tuple(int(t) for t in rnd.proposal.draft_ids[:count].tolist())
-                rnd.q_rows = rnd.proposal.q_rows[:count]  # [count, V]
+            for r in drafting
+        ]
+        t0 = self._clock()
+        proposals = self.proposer.propose(asks)
+        draft_s = self._clock() - t0
+        for rnd, proposal in zip(drafting, proposals, strict=True):
+            if proposal.request_id != rnd.req.request_id or proposal.draft_ids.numel() > rnd.k:
+                raise InvalidRequestError(
+                    f"the proposer answered {proposal.request_id!r} with {proposal.draft_ids.numel()} "
+                    f"drafts for {rnd.req.request_id!r} (asked for at most {rnd.k})"
+                )
+            rnd.proposal = proposal
+        # Verify a prefix of what was offered (the policy's trim; exactness is kept, see the policy).
+        keep = self.policy.trim(
+            [DraftSlot(r.req.request_id, r.proposal.draft_ids.numel() if r.proposal else 0) for r in drafting]
+        )
+        for rnd, count in zip(drafting, keep, strict=True):
+            if rnd.proposal is None:
+                continue
+            offered = rnd.proposal.draft_ids.numel()
+            count = max(0, min(int(count), offered))
+            rnd.drafts = tuple(int(t) for t in rnd.proposal.draft_ids[:count].tolist())
+            rnd.q_rows = rnd.proposal.q_rows[:count]  # [count, V]
+        return draft_s
 
-        # Verification: ONE packed target call.
+    def _verify(self, rounds: Sequence[_Round]) -> float:
+        """Step 4: ONE packed target call over every round's branch; returns its seconds."""
         for rnd in rounds:
             rnd.digest = self.controller.coordinate_digest(rnd.req.request_id)
-        t0 = clock()
+        t0 = self._clock()
         verified = self.target.verify(
             [VerifyRequest(r.req.request_id, self.layout, self._frontier(r.req), r.drafts) for r in rounds]
         )
-        verify_s = clock() - t0
+        verify_s = self._clock() - t0
         for rnd, checked in zip(rounds, verified, strict=True):
             rnd.verified = checked
+        return verify_s
 
-        # p rows: each request's chain at its logical prefixes.
+    def _process_rows(self, rounds: Sequence[_Round]) -> None:
+        """Step 5: each round's p rows, its chain at its logical prefixes (timed per round)."""
+        clock = self._clock
         for rnd in rounds:
             t0 = clock()
             chain = self.controller.processors(rnd.req.request_id)
-            assert rnd.verified is not None
-            rnd.p_rows = chain.rows_along(rnd.verified.logits, rnd.drafts)  # [k+1, V]
+            rnd.p_rows = chain.rows_along(self._verified(rnd).logits, rnd.drafts)  # [k+1, V]
             rnd.rows_s = clock() - t0
 
-        # The time ledger of each round up to its hand-off (proposer time shared by the K asked).
-        asked_total = sum(r.k for r in drafting)
-        computed_total = sum(r.verified.computed_rows for r in rounds if r.verified is not None)
-        frontier_total = sum(r.frontier_rows for r in rounds)
+    def _settle_all(
+        self,
+        rounds: Sequence[_Round],
+        results: Sequence[RoundResult],
+        timings: Sequence[RoundTimings],
+        controller_s: float,
+    ) -> tuple[list[RoundOutcome], list[tuple[int, float]]]:
+        """Step 7: observe and settle each round; its published outcomes and the per-round state costs."""
+        clock = self._clock
         share = 1.0 / len(rounds)
-        timings: list[RoundTimings] = []
-        for rnd in rounds:
-            assert rnd.verified is not None
-            timings.append(
-                RoundTimings(
-                    draft_s=draft_s * rnd.k / asked_total if asked_total else 0.0,
-                    verify_s=(
-                        verify_s * rnd.verified.computed_rows / computed_total if computed_total else 0.0
-                    )
-                    + (frontier_s * rnd.frontier_rows / frontier_total if frontier_total else 0.0),
-                    state_s=rnd.rows_s + rnd.req.closing_s,
-                    queue_s=gap * share,
-                )
-            )
-
-        # Decide and publish: one controller step.
-        t0 = clock()
-        results = self._publish(rounds, timings)
-        controller_s = clock() - t0
-
-        # Execute the K/V instructions and tell the proposer.
         outcomes: list[RoundOutcome] = []
         state_costs: list[tuple[int, float]] = []
         for rnd, result, timing in zip(rounds, results, timings, strict=True):
             rnd.result = result
             if self.recorders:
-                assert rnd.verified is not None
                 observation = RoundObservation.from_result(
-                    result, drafted=len(rnd.drafts), verify_rows=rnd.verified.computed_rows, timings=timing
+                    result,
+                    drafted=len(rnd.drafts),
+                    verify_rows=self._verified(rnd).computed_rows,
+                    timings=timing,
                 )
                 for recorder in self.recorders:
                     recorder.observe_round(observation)
@@ -428,22 +451,12 @@ class ServingLoop:
                     self._finish(rnd.req)
                 else:
                     rnd.req.closing_s = closing
-        self._live = []
-        verify_calls: list[tuple[int, float]] = []
-        if frontier_total:
-            verify_calls.append((frontier_total, frontier_s))
-        if computed_total:
-            verify_calls.append((computed_total, verify_s))
-        self.policy.observe(
-            outcomes,
-            StepCosts(
-                draft=(max(r.k for r in drafting), draft_s) if drafting and self.proposer else None,
-                verify_calls=tuple(verify_calls),
-                states=tuple(state_costs),
-                gap_s=gap,
-            ),
-        )
-        return outcomes
+        return outcomes, state_costs
+
+    @staticmethod
+    def _verified(rnd: _Round) -> VerifyResult:
+        assert rnd.verified is not None, "a round is verified before its rows are processed"
+        return rnd.verified
 
     def _publish(self, rounds: Sequence[_Round], timings: Sequence[RoundTimings]) -> list[RoundResult]:
         """One controller step over the batch tensors: drafts, q and p padded to the step's widest draft."""

@@ -64,6 +64,7 @@ from typing import Protocol
 
 from specround.errors import InvalidRequestError
 from specround.ledger import expected_progress, survival_from_reach
+from specround.sampling.layouts import replays_frontier, verify_row_count
 from specround.sampling.types import Layout
 from specround.serving.costs import LinearCost, TabulatedCost
 from specround.serving.stats import RoundOutcome
@@ -283,10 +284,10 @@ class AdaptiveDraftLength:
         return expected_progress(survival_from_reach(self.alpha_reach(request_id)[:k]))
 
     def _target_seconds(self, ks: Sequence[int]) -> float:
-        rows = sum(ks)
-        if self.layout is Layout.REPLAY_FRONTIER:
-            return self.verify_cost.predict(rows + len(ks))
-        frontier = self.verify_cost.predict(len(ks))
+        rows = sum(verify_row_count(self.layout, k) for k in ks)
+        if replays_frontier(self.layout):
+            return self.verify_cost.predict(rows)
+        frontier = self.verify_cost.predict(len(ks))  # the one-row call of every frontier
         return frontier + (self.verify_cost.predict(rows) if rows else 0.0)
 
     def draft_seconds(self, k: int) -> float:

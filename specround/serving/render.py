@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from specround.serving.session import GenerationReport
+from specround.serving.session import GenerationReport, GenerationSession
+from specround.serving.stats import RoundOutcome
+from specround.telemetry.observation import RoundRecorder
 
-__all__ = ["acceptance_table", "generation_progress"]
+__all__ = ["acceptance_table", "generation_progress", "run_with_progress"]
 
 
 def generation_progress(console: Console) -> Progress:
@@ -28,6 +31,44 @@ def generation_progress(console: Console) -> Progress:
         redirect_stdout=sys.stdout.isatty(),
         redirect_stderr=False,
     )
+
+
+def run_with_progress(
+    session: GenerationSession, console: Console, total: int, recorders: Sequence[RoundRecorder] = ()
+) -> GenerationReport:
+    """Run ``session`` streaming its text to stdout under a progress bar on ``console`` (tokens of ``total``).
+
+    The bar shows the tokens produced, the rate and the drafts accepted so far.
+    """
+    with generation_progress(console) as progress:
+        task = progress.add_task("generate", total=total, rate="", accept="")
+        produced = 0
+
+        # On a terminal rich routes stdout above the live bar one complete line at a time (a flush would
+        # print every piece on its own line); piped, the text streams piece by piece.
+        line_buffered = sys.stdout.isatty()
+
+        def on_text(piece: str) -> None:
+            sys.stdout.write(piece)
+            if not line_buffered:
+                sys.stdout.flush()
+
+        drafts = [0, 0]  # accepted, verified
+
+        def on_round(outcome: RoundOutcome) -> None:
+            nonlocal produced
+            produced += outcome.emitted
+            drafts[0] += outcome.accepted
+            drafts[1] += outcome.drafted
+            elapsed = progress.tasks[0].elapsed or 0.0
+            rate = f"{produced / elapsed:.1f} tok/s" if elapsed > 0 else ""
+            accept = f"accepted {drafts[0]}/{drafts[1]}" if drafts[1] else ""
+            progress.update(task, completed=produced, rate=rate, accept=accept)
+
+        report = session.run(on_text=on_text, on_round=on_round, recorders=recorders)
+        sys.stdout.write("\n")  # completes the last line while the bar still routes stdout
+    sys.stdout.flush()
+    return report
 
 
 def _fmt(value: float | None, spec: str = ".3f") -> str:

@@ -24,7 +24,8 @@ from specround.errors import (
     StaleGenerationError,
 )
 from specround.sampling.exact import decide, decide_from_uniforms
-from specround.sampling.types import Layout, SamplerBatch, SamplerDecision
+from specround.sampling.layouts import retains_frontier, verify_row_count
+from specround.sampling.types import SamplerBatch, SamplerDecision
 from specround.sampling.validation import ValidationMode
 from specround.statemachine.batch_rows import BatchRows
 from specround.statemachine.batching import (
@@ -679,7 +680,7 @@ class Step:
                 discarded_token_ids=kv.discarded_token_ids,
                 new_frontier=state.frontier,
                 new_frontier_position=state.position,
-                materialize_frontier=layout is Layout.RETAINED_FRONTIER and not state.finished,
+                materialize_frontier=retains_frontier(layout) and not state.finished,
             ),
             commit=rnd.commit,
         )
@@ -688,7 +689,7 @@ class Step:
 def _verify_row_count(rnd: RoundWork, given: int | None) -> int:
     """Target input rows of a verification: ``given``, or k+1 (replay_frontier) / k (retained_frontier)."""
     k = len(rnd.draft_ids)
-    rows = given if given is not None else (k + 1 if rnd.live.config.layout is Layout.REPLAY_FRONTIER else k)
+    rows = given if given is not None else verify_row_count(rnd.live.config.layout, k)
     if isinstance(rows, bool) or not isinstance(rows, int) or not 0 <= rows < 2**63:
         raise InvalidRequestError(f"verify_rows must be an integer in [0, 2**63), got {rows!r}")
     return rows

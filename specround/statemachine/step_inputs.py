@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from specround.errors import DraftIdOutOfVocabError, InvalidRequestError, ShapeMismatchError
+from specround.sampling.layouts import verify_row_count
 from specround.sampling.types import Layout
 from specround.statemachine.events import RoundTimings
 from specround.statemachine.rounds import RoundInput, RoundProposal, RoundVerification
@@ -226,7 +227,7 @@ def check_verification(
         )
     if not k:
         q_rows = q_rows.to(dtype=p_rows.dtype, device=p_rows.device)
-    default_rows = k + 1 if layout is Layout.REPLAY_FRONTIER else k
+    default_rows = verify_row_count(layout, k)
     rows = item.verify_rows if item.verify_rows is not None else default_rows
     rows = _count(rows, "verify_rows", request_id)
     return CheckedVerification(p_rows, q_rows, item.branch, rows)

@@ -13,7 +13,14 @@ from specround.errors import (
     ShapeMismatchError,
     UnknownLayoutError,
 )
-from specround.sampling.layouts import extract_verification, verification_inputs, visibility_mask
+from specround.sampling.layouts import (
+    extract_verification,
+    replays_frontier,
+    retains_frontier,
+    verification_inputs,
+    verify_row_count,
+    visibility_mask,
+)
 from specround.sampling.types import Layout
 
 VOCAB = 16
@@ -48,6 +55,22 @@ def test_worked_snapshot_inputs_and_positions() -> None:
     assert retained.input_ids == (8, 6, 2)
     assert retained.positions == (6, 7, 8)
     assert retained.scored_positions == (7, 8, 9)  # p_1 (position 6) was retained
+
+
+def test_the_one_decision_and_what_derives_from_it() -> None:
+    assert replays_frontier("replay_frontier") and not retains_frontier(Layout.REPLAY_FRONTIER)
+    assert retains_frontier("retained_frontier") and not replays_frontier(Layout.RETAINED_FRONTIER)
+    assert [verify_row_count(Layout.REPLAY_FRONTIER, k) for k in range(4)] == [1, 2, 3, 4]
+    assert [verify_row_count("retained_frontier", k) for k in range(4)] == [0, 1, 2, 3]
+    for layout in Layout:
+        for k in range(4):
+            inputs = verification_inputs(layout, 12, DRAFTS[:k], start_position=5)
+            assert len(inputs.input_ids) == verify_row_count(layout, k)
+            assert inputs.first_position == (5 if replays_frontier(layout) else 6)  # also with no rows
+    with pytest.raises(UnknownLayoutError):
+        replays_frontier("tree")
+    with pytest.raises(UnknownLayoutError):
+        verify_row_count("tree", 1)
 
 
 def test_worked_snapshot_commit_after_two_accepts() -> None:

@@ -16,13 +16,15 @@ import torch
 from specround.adapters.llama.kv_cache import KVStore, RequestCache, RetainedFrontier
 from specround.adapters.llama.model import LlamaModel
 from specround.adapters.llama.packed import PackedRows, Segment
-from specround.errors import (
-    CacheProtocolError,
-    DraftIdOutOfVocabError,
-    InvalidRequestError,
-    UnknownLayoutError,
+from specround.errors import CacheProtocolError, DraftIdOutOfVocabError, InvalidRequestError
+from specround.sampling.layouts import (
+    VerificationInputs,
+    extract_verification,
+    parse_layout,
+    replays_frontier,
+    retains_frontier,
+    verification_inputs,
 )
-from specround.sampling.types import Layout
 from specround.statemachine.model_ports import BranchHandle, VerifyRequest, VerifyResult
 
 __all__ = ["LlamaTarget"]
@@ -172,62 +174,65 @@ class LlamaTarget:
     def verify(self, requests: Sequence[VerifyRequest]) -> list[VerifyResult]:
         """Score every request's draft path in one packed forward (see the model ports for the contract)."""
         seen: set[str] = set()
-        plan: list[tuple[VerifyRequest, Layout, RequestCache, int, list[int]]] = []
+        plan: list[tuple[VerifyRequest, RequestCache, VerificationInputs]] = []
         for req in requests:
             if req.request_id in seen:
                 raise InvalidRequestError(f"request {req.request_id!r} appears twice in one verification")
             seen.add(req.request_id)
-            cache = self._store.get(req.request_id)
-            if cache.branch is not None:
-                raise CacheProtocolError(
-                    f"request {req.request_id!r} has a live branch; commit or discard it first"
-                )
-            try:
-                layout = Layout(req.layout)
-            except ValueError:
-                raise UnknownLayoutError(f"unknown layout {req.layout!r}") from None
-            self._check_ids([req.frontier], "frontier", DraftIdOutOfVocabError)
-            self._check_ids(req.draft_ids, "draft token", DraftIdOutOfVocabError)
-            self._check_room(req.request_id, cache.length + 1 + len(req.draft_ids))
-            drafts = [int(t) for t in req.draft_ids]
-            if layout is Layout.REPLAY_FRONTIER:
-                if cache.retained is not None:
-                    raise CacheProtocolError(
-                        f"request {req.request_id!r} retains its frontier row; replaying it would duplicate "
-                        "position P (verify with retained_frontier)"
-                    )
-                plan.append((req, layout, cache, cache.length, [int(req.frontier), *drafts]))
-            else:
-                if cache.retained is None or cache.retained.token != req.frontier:
-                    raise CacheProtocolError(
-                        f"request {req.request_id!r} has no retained row for frontier {req.frontier}: "
-                        "call materialize_frontier first"
-                    )
-                plan.append((req, layout, cache, cache.length + 1, drafts))
-        tokens = [t for *_, rows in plan for t in rows]
-        segments = [Segment(cache, start, len(rows)) for _, _, cache, start, rows in plan]
+            plan.append((req, *self._planned_verification(req)))
+        tokens = [t for *_, inputs in plan for t in inputs.input_ids]
+        segments = [Segment(cache, inputs.first_position, len(inputs.input_ids)) for _, cache, inputs in plan]
         logits = self._forward(tokens, segments) if tokens else torch.empty(0, self.vocab_size)  # [Q, V]
         results: list[VerifyResult] = []
         offset = 0
-        for req, layout, cache, _, rows in plan:
-            own = logits[offset : offset + len(rows)]  # [n_b, V]
-            offset += len(rows)
-            if layout is Layout.RETAINED_FRONTIER:
-                assert cache.retained is not None
-                own = torch.cat((cache.retained.logits[None], own))  # [K+1, V]
+        for req, cache, inputs in plan:
+            rows = len(inputs.input_ids)
+            retained = None if cache.retained is None else cache.retained.logits  # [V]
+            own = logits[offset : offset + rows]  # [n_b, V]
+            if retained is not None and not rows:
+                own = retained.new_empty(0, self.vocab_size)  # nothing computed: the retained row's dtype
+            offset += rows
+            k = len(req.draft_ids)
+            verification = extract_verification(inputs.layout, own, inputs.positions, k, retained_p1=retained)
             branch = BranchHandle(
                 request_id=req.request_id,
                 branch_id=self._next_branch,
-                layout=layout,
+                layout=inputs.layout,
                 base_len=cache.length,
                 token_ids=(int(req.frontier), *(int(t) for t in req.draft_ids)),
             )
             self._next_branch += 1
             cache.branch = branch
             results.append(
-                VerifyResult(request_id=req.request_id, logits=own, branch=branch, computed_rows=len(rows))
+                VerifyResult(
+                    request_id=req.request_id, logits=verification.p_rows, branch=branch, computed_rows=rows
+                )
             )
         return results
+
+    def _planned_verification(self, req: VerifyRequest) -> tuple[RequestCache, VerificationInputs]:
+        """Check one request of a verification against its cache; its input rows by absolute position."""
+        cache = self._store.get(req.request_id)
+        if cache.branch is not None:
+            raise CacheProtocolError(
+                f"request {req.request_id!r} has a live branch; commit or discard it first"
+            )
+        layout = parse_layout(req.layout)
+        self._check_ids([req.frontier], "frontier", DraftIdOutOfVocabError)
+        self._check_ids(req.draft_ids, "draft token", DraftIdOutOfVocabError)
+        self._check_room(req.request_id, cache.length + 1 + len(req.draft_ids))
+        if replays_frontier(layout) and cache.retained is not None:
+            raise CacheProtocolError(
+                f"request {req.request_id!r} retains its frontier row; replaying it would duplicate "
+                "position P (verify with retained_frontier)"
+            )
+        if retains_frontier(layout) and (cache.retained is None or cache.retained.token != req.frontier):
+            raise CacheProtocolError(
+                f"request {req.request_id!r} has no retained row for frontier {req.frontier}: "
+                "call materialize_frontier first"
+            )
+        drafts = [int(t) for t in req.draft_ids]
+        return cache, verification_inputs(layout, int(req.frontier), drafts, cache.length)
 
     def commit(self, request_id: str, branch: BranchHandle, keep: int) -> None:
         """Commit the first ``keep`` logical rows ``[F, d_1..]`` of the live branch; discard the rest."""
@@ -237,7 +242,7 @@ class LlamaTarget:
         if branch.base_len != cache.length:
             raise CacheProtocolError(f"branch {branch.branch_id} was built on a different committed length")
         cache.token_ids.extend(branch.token_ids[:keep])
-        if branch.layout is Layout.RETAINED_FRONTIER and keep >= 1:
+        if retains_frontier(branch.layout) and keep >= 1:
             cache.retained = None  # its row, at position base_len, is committed now
         cache.branch = None
 
