@@ -11,7 +11,7 @@ import torch
 from specround.statemachine.controller import RoundController
 from specround.statemachine.rounds import RoundInput
 
-__all__ = ["random_input", "random_rows"]
+__all__ = ["random_input", "random_rows", "seeded_random_input"]
 
 
 def random_rows(n: int, vocab: int, generator: torch.Generator) -> torch.Tensor:
@@ -49,3 +49,10 @@ def random_input(
         branch=branch,
         proposal_draws=k,
     )
+
+
+def seeded_random_input(
+    controller: RoundController, request_id: str, k: int, seed: int, *, dtype: torch.dtype = torch.float64
+) -> RoundInput:
+    """:func:`random_input` from a fresh generator seeded with ``seed`` (one seed, one round)."""
+    return random_input(controller, request_id, k, torch.Generator().manual_seed(seed), dtype=dtype)
