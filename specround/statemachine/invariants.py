@@ -133,7 +133,7 @@ def head_agrees(
     return _breach(
         holds,
         "INV-8",
-        f"{request_id}: the state is at generation {generation} (finished={finished}, digest "
+        f"{request_id} is at generation {generation} (finished={finished}, digest "
         f"{state_digest[:16]}...); the head says {head.generation} (finished={head.finished}, digest "
         f"{head.state_digest[:16]}...)",
     )
