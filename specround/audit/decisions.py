@@ -31,6 +31,7 @@ from specround.sampling.exact import accepts
 from specround.sampling.processors.base import StopAutomaton
 from specround.sampling.rng import uniforms
 from specround.sampling.types import Stream
+from specround.statemachine.invariants import emission_respects_stops
 from specround.statemachine.replay import ReplayedRound
 
 __all__ = ["DecisionAuditor"]
@@ -203,30 +204,21 @@ class DecisionAuditor:
     ) -> None:
         start = rnd.start
         chain = start.chain
-        n = len(emitted)
+        ends_request = [False] * len(emitted)
         if any(isinstance(p, StopAutomaton) for p in chain.processors):
             sets = chain.stop_sets_along(emitted)
-            early = [i for i in range(n - 1) if emitted[i] in sets[i]]
-            if early:
-                find(
-                    "INV-2",
-                    "stop",
-                    f"token {emitted[early[0]]} at offset {early[0]} ends the request, yet more followed",
-                )
-            last_is_stop = emitted[-1] in sets[n - 1]
-        else:
-            last_is_stop = False
+            ends_request = [token in sets[i] for i, token in enumerate(emitted)]
         remaining = rnd.config.max_new_tokens - len(start.state.generated)
-        if n > remaining:
-            find("INV-2", "stop", f"{n} tokens emitted with {remaining} left in the budget")
-        length_hit = n >= remaining
-        reason = "stop" if last_is_stop else "length" if length_hit else None
-        if bool(decided["finished"]) != (reason is not None) or decided["finish_reason"] != reason:
+        finished = bool(decided["finished"])
+        for breach in emission_respects_stops(emitted, ends_request, remaining, finished):
+            find(breach.invariant, "stop", breach.message)
+        last_is_stop = bool(ends_request) and ends_request[-1]
+        reason = "stop" if last_is_stop else "length" if len(emitted) >= remaining else None
+        if finished == (reason is not None) and decided["finish_reason"] != reason:
             find(
                 "INV-2",
                 "stop",
-                f"logged finished={decided['finished']} ({decided['finish_reason']}), "
-                f"the stop sets and budget say {reason or 'unfinished'}",
+                f"logged finish reason {decided['finish_reason']}, the stop sets and budget say {reason}",
             )
 
     def finish(self) -> list[AuditFinding]:

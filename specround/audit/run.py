@@ -17,6 +17,7 @@ from specround.audit.decisions import DecisionAuditor
 from specround.audit.report import AuditFinding, AuditReport, RequestAudit
 from specround.errors import SpecroundError
 from specround.statemachine.chain import verify_chain
+from specround.statemachine.invariants import head_agrees
 from specround.statemachine.ports import EventLog, LogHead, StoredEvent
 from specround.statemachine.replay import replay_request
 
@@ -117,15 +118,11 @@ def _audit_events(
         if head is None:
             if readable and not any(f.kind == "orphan" for f in findings):
                 findings.append(_finding(request_id, "INV-8", "head", "the log has no head"))
-        elif (head.state_digest, head.generation, head.finished) != (digest, generation, finished):
-            findings.append(
-                _finding(
-                    request_id,
-                    "INV-8",
-                    "head",
-                    f"replay reaches generation {generation} (finished={finished}, "
-                    f"digest {digest[:16]}...); the head says {head.generation} "
-                    f"(finished={head.finished}, digest {head.state_digest[:16]}...)",
+        else:
+            findings.extend(
+                _finding(request_id, breach.invariant, "head", f"replay: {breach.message}")
+                for breach in head_agrees(
+                    request_id, head, state_digest=digest, generation=generation, finished=finished
                 )
             )
     findings.extend(auditor.finish())

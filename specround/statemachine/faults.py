@@ -23,7 +23,10 @@ from enum import StrEnum
 
 from specround.errors import InjectedFaultError, InvalidRequestError
 
-__all__ = ["FAULT_POINTS_BEFORE_PUBLICATION", "FaultPlan", "FaultPoint", "FaultRule"]
+__all__ = ["FAULT_POINTS_BEFORE_PUBLICATION", "NO_FAULT", "FaultPlan", "FaultPoint", "FaultRule"]
+
+NO_FAULT = 0
+"""The number that stands for "no fault" where a fault point is encoded as its number (F-n as n)."""
 
 
 class FaultPoint(StrEnum):
@@ -41,6 +44,16 @@ class FaultPoint(StrEnum):
     """Immediately before the generation-fenced publication."""
     AFTER_PUBLICATION = "F-6"
     """After publication, before the acknowledgement reaches the caller."""
+
+    @property
+    def number(self) -> int:
+        """``n`` of ``F-n`` (1..6): the integer a model that encodes fault points as numbers uses."""
+        return int(self.value.removeprefix("F-"))
+
+    @classmethod
+    def numbered(cls, number: int) -> FaultPoint:
+        """The point ``F-number``; raises ``ValueError`` for a number outside 1..6."""
+        return cls(f"F-{number}")
 
     @property
     def before_publication(self) -> bool:

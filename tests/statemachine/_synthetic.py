@@ -7,9 +7,12 @@ from dataclasses import dataclass
 
 import torch
 
+from specround.model_check import random_rounds
 from specround.statemachine.controller import RoundController
-from specround.statemachine.ports import EventLog
+from specround.statemachine.invariants import log_fingerprint
 from specround.statemachine.rounds import RoundInput
+
+__all__ = ["Branch", "log_fingerprint", "one_hot", "random_input", "scripted_input", "uniform"]
 
 
 @dataclass(frozen=True)
@@ -71,12 +74,6 @@ def scripted_input(
     )
 
 
-def random_rows(n: int, vocab: int, generator: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
-    """``n`` strictly positive random distributions [n, V] (softmax of Gaussian logits, seeded)."""
-    logits = torch.randn(n, vocab, generator=generator, dtype=torch.float64) * 2.0
-    return torch.softmax(logits, dim=-1).to(dtype)  # [n, V]
-
-
 def random_input(
     controller: RoundController,
     request_id: str,
@@ -86,23 +83,8 @@ def random_input(
     dtype: torch.dtype = torch.float64,
     coordinate_digest: str | None = None,
 ) -> RoundInput:
-    """Drafts sampled from seeded random q rows, with independent seeded random p rows."""
-    vocab = controller.config(request_id).vocab_size
-    q_rows = random_rows(k, vocab, generator, dtype)  # [k, V]
-    drafts = torch.multinomial(q_rows.to(torch.float64), 1, generator=generator).squeeze(1) if k else []
-    p_rows = random_rows(k + 1, vocab, generator, dtype)  # [k+1, V]
-    state = controller.state(request_id)
-    return RoundInput(
-        request_id=request_id,
-        coordinate_digest=coordinate_digest or controller.coordinate_digest(request_id),
-        draft_ids=tuple(int(d) for d in drafts),
-        q_rows=q_rows if k else None,
-        p_rows=p_rows,
-        branch=Branch(request_id, state.generation),
-        proposal_draws=k,
+    """:func:`specround.model_check.random_rounds.random_input` with a stand-in branch handle."""
+    branch = Branch(request_id, controller.state(request_id).generation)
+    return random_rounds.random_input(
+        controller, request_id, k, generator, dtype=dtype, coordinate_digest=coordinate_digest, branch=branch
     )
-
-
-def log_fingerprint(log: EventLog) -> list[tuple[str, int, str]]:
-    """(request, seq, hash) of every stored event: equal fingerprints mean an unchanged log."""
-    return [(e.request_id, e.seq, e.hash) for e in log.events()]

@@ -1,6 +1,8 @@
 """A Hypothesis state machine over the controller and an event log: rounds on both layouts with seeded
 random rows, injected faults F-1..F-6, retries of publication, stale publishers and crash-and-replay, with
-every invariant INV-1..INV-9 checked after every step (INV-10 by the audit's re-derivation).
+every invariant INV-1..INV-9 checked after every step (INV-10 by the audit's re-derivation). The checks
+are those of :mod:`specround.statemachine.invariants`, which the conformance walk of ``specround check``
+runs as well; here a breach fails the example.
 
 Parametrised over ``event_log_factory`` (tests/statemachine/conftest.py), so every backend runs it.
 """
@@ -23,14 +25,13 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from specround.errors import InjectedFaultError, RequestFinishedError, StaleGenerationError
-from specround.sampling.processors.chain import ProcessorChain, sampling_chain
+from specround.sampling.processors.chain import sampling_chain
 from specround.sampling.types import Layout
-from specround.statemachine.chain import verify_chain
+from specround.statemachine import invariants
 from specround.statemachine.controller import RoundController
-from specround.statemachine.faults import FAULT_POINTS_BEFORE_PUBLICATION, FaultPlan, FaultPoint, FaultRule
+from specround.statemachine.faults import FaultPlan, FaultPoint, FaultRule
+from specround.statemachine.invariants import Breach
 from specround.statemachine.ports import EventLog
-from specround.statemachine.replay import replay_states
 from specround.statemachine.rounds import RoundInput, RoundResult, RoundStatus
 from specround.statemachine.state import RequestState
 from tests.statemachine._synthetic import log_fingerprint, random_input
@@ -43,6 +44,11 @@ REQUESTS = {
     "retained-b": Layout.RETAINED_FRONTIER,
     "replay-c": Layout.REPLAY_FRONTIER,
 }
+
+
+def _hold(breaches: list[Breach]) -> None:
+    """Fail the example on any breach, naming every one."""
+    assert not breaches, "; ".join(str(b) for b in breaches)
 
 
 class RoundMachine(RuleBasedStateMachine):
@@ -101,20 +107,7 @@ class RoundMachine(RuleBasedStateMachine):
 
     def _check_round(self, before: RequestState, result: RoundResult) -> None:
         """INV-2, INV-3, INV-5, INV-6 for one published round."""
-        after = result.state
-        assert after is not None and result.kv is not None
-        emitted = result.emitted_ids
-        assert after.output == before.output + emitted
-        assert len(emitted) == result.accepted + (0 if result.terminal == "stop" else 1)  # INV-2
-        remaining = 10 - len(before.generated)
-        assert len(emitted) <= remaining
-        assert all(t != EOS for t in emitted[:-1])  # nothing after a stop
-        assert result.finished == (emitted[-1] == EOS or len(emitted) == remaining)
-        draws = (after.rng.accept - before.rng.accept, after.rng.terminal - before.rng.terminal)
-        reached = result.accepted + (1 if result.terminal == "correction" else 0)
-        assert draws == (reached, 0 if result.terminal == "stop" else 1)  # INV-3
-        assert result.kv.committed_token_ids == (before.frontier, *emitted[:-1])  # INV-5
-        assert after.generation == before.generation + 1  # INV-6
+        _hold(invariants.published_round(self.controller.config(before.request_id), before, result))
 
     # --- rules ------------------------------------------------------------------------------------------
 
@@ -127,7 +120,7 @@ class RoundMachine(RuleBasedStateMachine):
         ]
         before = {rid: self.known[rid] for rid in rids}
         for item, result in zip(items, self.controller.step(items), strict=True):
-            assert result.status is RoundStatus.PUBLISHED, result.error
+            assert result.status is RoundStatus.PUBLISHED, result.error  # INV-6
             self._check_round(before[item.request_id], result)
             assert result.state is not None
             self.known[item.request_id] = result.state
@@ -142,17 +135,12 @@ class RoundMachine(RuleBasedStateMachine):
         self.plan.add(FaultRule(point, request_ids=frozenset({rid}), generations=frozenset({generation})))
         fingerprint = log_fingerprint(self.log)
         [result] = self.controller.step([item])
-        assert isinstance(result.error, InjectedFaultError) and result.error.point == point.value
-        if point in FAULT_POINTS_BEFORE_PUBLICATION:  # INV-7: nothing changed
-            assert result.status is RoundStatus.ABORTED
-            assert log_fingerprint(self.log) == fingerprint
-            assert self.controller.state(rid).digest() == self.known[rid].digest()
-        else:  # F-6: published, not acknowledged
-            assert result.status is RoundStatus.UNACKNOWLEDGED
-            published = self.controller.state(rid)
-            assert published.generation == generation
+        authoritative = self.controller.state(rid)
+        unchanged = log_fingerprint(self.log) == fingerprint
+        _hold(invariants.fault_effect(point, result, self.known[rid], authoritative, log_unchanged=unchanged))
+        if not point.before_publication:  # F-6: published, not acknowledged (INV-6); else INV-7
             self.unacknowledged[rid] = (item, self.known[rid])
-            self.known[rid] = published
+            self.known[rid] = authoritative
 
     @precondition(lambda self: bool(self.unacknowledged))
     @rule(data=st.data())
@@ -161,9 +149,9 @@ class RoundMachine(RuleBasedStateMachine):
         item, before = self.unacknowledged.pop(rid)
         fingerprint = log_fingerprint(self.log)
         result = self.controller.run_round(item)
-        assert result.status is RoundStatus.ACKNOWLEDGED and result.state == self.known[rid]  # INV-6
+        unchanged = log_fingerprint(self.log) == fingerprint
+        _hold(invariants.retry_acknowledged(result, self.known[rid], log_unchanged=unchanged))  # INV-6
         self._check_round(before, result)
-        assert log_fingerprint(self.log) == fingerprint
 
     @precondition(lambda self: bool(self._unfinished()))
     @rule(data=st.data())
@@ -184,16 +172,13 @@ class RoundMachine(RuleBasedStateMachine):
         if won.state.finished:
             return
         [lost] = stale.step([stale_item])
-        assert lost.status is RoundStatus.ABORTED and isinstance(lost.error, StaleGenerationError)
-        assert log_fingerprint(self.log) == fingerprint  # INV-6: the loser appended nothing
+        unchanged = log_fingerprint(self.log) == fingerprint
+        _hold(invariants.stale_writer_refused(lost, log_unchanged=unchanged))  # INV-6
 
     @rule()
     def crash_and_replay(self) -> None:
         self.controller = RoundController(self._reopen(), faults=self.plan)
-        rebuilt = self.controller.load_all()
-        assert {rid: s.digest() for rid, s in rebuilt.items()} == {
-            rid: s.digest() for rid, s in self.known.items()
-        }  # INV-8
+        _hold(invariants.reload_agrees(self.controller.load_all(), self.known))  # INV-8
 
     @precondition(lambda self: any(s.finished for s in self.known.values()))
     @rule(data=st.data())
@@ -209,43 +194,36 @@ class RoundMachine(RuleBasedStateMachine):
             torch.softmax(torch.randn(1, V, generator=generator), -1),
         )
         [result] = self.controller.step([item])
-        assert isinstance(result.error, RequestFinishedError)  # INV-2
-        assert log_fingerprint(self.log) == fingerprint
+        unchanged = log_fingerprint(self.log) == fingerprint
+        _hold(invariants.finished_request_refused(result, log_unchanged=unchanged))  # INV-2
 
     # --- invariants -------------------------------------------------------------------------------------
 
     @invariant()
     def frontier_shape(self) -> None:
-        for state in self.known.values():  # INV-1 (and kept by finished requests too)
-            assert state.cache == state.output[:-1] and state.frontier == state.output[-1]
-            assert state.position == len(state.cache)
+        for rid, state in self.known.items():  # INV-1 (and kept by finished requests too)
+            _hold(invariants.frontier_shape(rid, state))
 
     @invariant()
     def live_projection_matches_the_log(self) -> None:
-        for rid, state in self.known.items():
-            assert self.controller.state(rid) == state
-            head = self.log.head(rid)
-            assert (
-                head is not None
-                and head.state_digest == state.digest()
-                and head.generation == state.generation
+        for rid, state in self.known.items():  # INV-8
+            _hold(
+                invariants.live_projection_agrees(rid, state, self.controller.state(rid), self.log.head(rid))
             )
 
     @invariant()
     def replay_reproduces_the_live_state(self) -> None:
-        assert replay_states(self.log) == self.known  # INV-8
+        _hold(invariants.replay_reproduces(self.log, self.known))  # INV-8
 
     @invariant()
     def chains_are_intact(self) -> None:
         for rid in self.known:
-            assert verify_chain(self.log.events(rid), self.log.head(rid)) == []  # INV-9
+            _hold(invariants.chain_intact(self.log, rid))  # INV-9
 
     @invariant()
     def processors_follow_published_tokens(self) -> None:
-        state = self.known["replay-c"]  # INV-4
-        expected = ProcessorChain.from_spec(self.controller.config("replay-c").processors, vocab_size=V)
-        expected.advance_many(state.output)
-        assert state.processors_digest == expected.digest()
+        for rid, state in self.known.items():  # INV-4
+            _hold(invariants.processors_follow_output(self.controller.config(rid), state))
 
 
 def test_round_state_machine(event_log_factory: LogFactory) -> None:

@@ -11,7 +11,16 @@ from dataclasses import dataclass
 
 import z3
 
-from specround.model_check.z3.state import NO_TXN, ProtocolConfig, ProtocolState, RoundInputs
+from specround.model_check.z3.state import (
+    FIRST_FAULT,
+    LAST_ABORTING_FAULT,
+    LOST_ACK_FAULT,
+    NO_FAULT,
+    NO_TXN,
+    ProtocolConfig,
+    ProtocolState,
+    RoundInputs,
+)
 from specround.model_check.z3.terms import Bool, Int, first_true
 from specround.model_check.z3.transition import RoundOutcome, replay_round, round_outcome
 from specround.sampling.types import TerminalKind
@@ -244,7 +253,7 @@ def _inv6(r: _Round) -> Bool:
         ),
         z3.Implies(post.generation == pre.generation, post.identical(pre)),
         z3.Implies(inputs.expected_generation != pre.generation, post.identical(pre)),
-        z3.Implies(z3.And(r.retry, outcome.well_formed, inputs.fault == 0), outcome.acknowledged),
+        z3.Implies(z3.And(r.retry, outcome.well_formed, inputs.fault == NO_FAULT), outcome.acknowledged),
         z3.Implies(r.stale, z3.Not(outcome.acknowledged)),
     )
 
@@ -252,9 +261,12 @@ def _inv6(r: _Round) -> Bool:
 def _inv7(r: _Round) -> Bool:
     fault, acknowledged = r.inputs.fault, r.outcome.acknowledged
     return z3.And(
-        z3.Implies(z3.And(fault >= 1, fault <= 5), z3.And(r.post.identical(r.pre), z3.Not(acknowledged))),
         z3.Implies(
-            fault == 6,
+            z3.And(fault >= FIRST_FAULT, fault <= LAST_ABORTING_FAULT),
+            z3.And(r.post.identical(r.pre), z3.Not(acknowledged)),
+        ),
+        z3.Implies(
+            fault == LOST_ACK_FAULT,
             z3.And(
                 r.post.identical(r.no_fault.post),
                 z3.Implies(r.no_fault.published, z3.Not(acknowledged)),

@@ -26,7 +26,11 @@ from specround.model_check.z3.proofs import Obligation, Proof, ProofRegistry
 from specround.model_check.z3.regressions import register_regressions
 from specround.model_check.z3.state import (
     FAULT_POINTS,
+    FIRST_FAULT,
+    LAST_ABORTING_FAULT,
+    LOST_ACK_FAULT,
     MAX_MODEL_DRAFT,
+    NO_FAULT,
     ProtocolConfig,
     ProtocolState,
     RoundInputs,
@@ -100,12 +104,12 @@ def _idempotent(layout: Layout) -> Obligation:
     premises = (
         config.constraints(),
         *state_invariants(s0, config).values(),
-        z3.Or(inputs.fault == 0, inputs.fault == 6),
+        z3.Or(inputs.fault == NO_FAULT, inputs.fault == LOST_ACK_FAULT),
         clean.published,
     )
     goal = z3.And(
         s1.identical(clean.post),
-        z3.Implies(inputs.fault == 6, z3.Not(first.acknowledged)),
+        z3.Implies(inputs.fault == LOST_ACK_FAULT, z3.Not(first.acknowledged)),
         again.retry,
         again.acknowledged,
         z3.Not(again.published),
@@ -199,7 +203,12 @@ def _stutter(layout: Layout) -> Obligation:
     s0 = ProtocolState.symbolic("s0")
     inputs = RoundInputs.symbolic("in", MAX_MODEL_DRAFT)
     outcome = round_outcome(s0, inputs, config)
-    premises = (config.constraints(), initial_state(s0, config), inputs.fault >= 1, inputs.fault <= 5)
+    premises = (
+        config.constraints(),
+        initial_state(s0, config),
+        inputs.fault >= FIRST_FAULT,
+        inputs.fault <= LAST_ABORTING_FAULT,
+    )
     return Obligation(
         premises=premises, goal=outcome.post.identical(s0), show=show_round(s0, inputs, outcome, config)
     )

@@ -17,7 +17,9 @@ from specround.model_check.z3.invariants import initial_state
 from specround.model_check.z3.proofs import Obligation, ProofKind, ProofRegistry
 from specround.model_check.z3.state import (
     FAULT_POINTS,
+    LOST_ACK_FAULT,
     MAX_MODEL_DRAFT,
+    NO_FAULT,
     ProtocolConfig,
     ProtocolState,
     RoundInputs,
@@ -98,7 +100,7 @@ _REACH_ONE: dict[str, Condition] = {
     "plain_decode_k0": lambda s, x, o, c: z3.And(o.published, x.draft_len == 0, _growth(s, o) == 1),
     "invalid_rows_abort": lambda s, x, o, c: z3.And(
         o.runs,
-        x.fault == 0,
+        x.fault == NO_FAULT,
         z3.Not(o.rows_valid),
         z3.Not(o.published),
         o.post.identical(s),
@@ -146,14 +148,14 @@ def _retry_after_lost_ack(
     c: ProtocolConfig,
 ) -> Bool:
     return z3.And(
-        x[0].fault == 6,
+        x[0].fault == LOST_ACK_FAULT,
         x[0].accepted >= 1,
         z3.Not(o[0].finishes),
         o[0].published,
         z3.Not(o[0].acknowledged),
         x[1].expected_generation == 0,
         x[1].txn == x[0].txn,
-        x[1].fault == 0,
+        x[1].fault == NO_FAULT,
         o[1].retry,
         o[1].acknowledged,
         o[1].post.identical(o[0].post),

@@ -20,11 +20,16 @@ import z3
 from specround.errors import InputError
 from specround.model_check.z3.terms import Bool, Int, TokenList
 from specround.sampling.types import PAD_ID, Layout
+from specround.statemachine.faults import NO_FAULT, FaultPoint
 from specround.statemachine.state import RequestConfig, RequestState
 
 __all__ = [
     "FAULT_POINTS",
+    "FIRST_FAULT",
+    "LAST_ABORTING_FAULT",
+    "LOST_ACK_FAULT",
     "MAX_MODEL_DRAFT",
+    "NO_FAULT",
     "NO_TXN",
     "ProtocolConfig",
     "ProtocolState",
@@ -34,8 +39,14 @@ __all__ = [
 
 MAX_MODEL_DRAFT = 8
 """Largest draft length K the model is built for (the proofs use exactly this K)."""
-FAULT_POINTS = ("F-1", "F-2", "F-3", "F-4", "F-5", "F-6")
-"""Fault points by name; the model encodes F-n as the integer n and "no fault" as 0."""
+FAULT_POINTS: tuple[str, ...] = tuple(point.value for point in FaultPoint)
+"""Fault points by name; the model encodes F-n as :attr:`FaultPoint.number` and "no fault" as ``NO_FAULT``."""
+FIRST_FAULT = FaultPoint.AFTER_VERIFICATION.number
+"""The model's code of the earliest fault point."""
+LAST_ABORTING_FAULT = FaultPoint.BEFORE_PUBLICATION.number
+"""The model's code of the last fault point that aborts the round (F-1..F-5 abort)."""
+LOST_ACK_FAULT = FaultPoint.AFTER_PUBLICATION.number
+"""The model's code of the fault after publication: durable, but the caller is not acknowledged."""
 NO_TXN = -1
 """``last_txn`` of a request that has published nothing."""
 
@@ -43,10 +54,10 @@ NO_TXN = -1
 def fault_code(point: str | None) -> int:
     """The model's integer for a fault point name (``None`` -> 0)."""
     if point is None:
-        return 0
+        return NO_FAULT
     if point not in FAULT_POINTS:
         raise InputError(f"unknown fault point {point!r}; expected one of {FAULT_POINTS}")
-    return FAULT_POINTS.index(point) + 1
+    return FaultPoint(point).number
 
 
 @dataclass(frozen=True)

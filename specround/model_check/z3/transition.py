@@ -33,7 +33,15 @@ from specround.model_check.z3.rules import (
     rows_valid,
     terminal_draws,
 )
-from specround.model_check.z3.state import FAULT_POINTS, ProtocolConfig, ProtocolState, RoundInputs
+from specround.model_check.z3.state import (
+    FIRST_FAULT,
+    LAST_ABORTING_FAULT,
+    LOST_ACK_FAULT,
+    NO_FAULT,
+    ProtocolConfig,
+    ProtocolState,
+    RoundInputs,
+)
 from specround.model_check.z3.terms import Bool, Int, TokenList, select
 from specround.sampling.types import Layout, TerminalKind
 
@@ -138,8 +146,8 @@ def _publication(pre: ProtocolState, inputs: RoundInputs, config: ProtocolConfig
         *[z3.Implies(j < k, inputs.drafts[j] >= 0) for j in range(config.max_draft)],
         inputs.terminal_token >= 0,
         inputs.proposal_draws >= 0,
-        fault >= 0,
-        fault <= len(FAULT_POINTS),
+        fault >= NO_FAULT,
+        fault <= LOST_ACK_FAULT,
     )
     retry = z3.And(
         pre.generation >= 1,
@@ -148,7 +156,7 @@ def _publication(pre: ProtocolState, inputs: RoundInputs, config: ProtocolConfig
     )
     fresh, gate = fresh_generation(pre, inputs), finished_gate(pre)
     runs = z3.And(z3.Not(retry), fresh, z3.Not(gate), well_formed)
-    published = z3.And(runs, valid, z3.Or(fault == 0, fault == 6))
+    published = z3.And(runs, valid, z3.Or(fault == NO_FAULT, fault == LOST_ACK_FAULT))
     return Publication(
         well_formed=well_formed,
         retry=retry,
@@ -156,9 +164,13 @@ def _publication(pre: ProtocolState, inputs: RoundInputs, config: ProtocolConfig
         refused_finished=z3.And(z3.Not(retry), fresh, gate),
         runs=runs,
         rows_valid=valid,
-        aborted=z3.And(runs, z3.Or(z3.And(fault >= 1, fault <= 5), z3.Not(valid))),
+        aborted=z3.And(
+            runs, z3.Or(z3.And(fault >= FIRST_FAULT, fault <= LAST_ABORTING_FAULT), z3.Not(valid))
+        ),
         published=published,
-        acknowledged=z3.Or(z3.And(published, fault != 6), z3.And(retry, well_formed, fault == 0)),
+        acknowledged=z3.Or(
+            z3.And(published, fault != LOST_ACK_FAULT), z3.And(retry, well_formed, fault == NO_FAULT)
+        ),
     )
 
 

@@ -1,0 +1,334 @@
+"""The state-machine walk: seeded random rules over a real controller with every invariant checked.
+
+:class:`MachineWalk` makes seeded random rounds on a few requests at a time (both layouts, some with a
+stateful penalty, a new one admitted as others finish), batched steps, faults at F-1..F-6, retries, stale
+publishers, crash-and-replay and rounds offered to finished requests. Every attempt is a conformance pair
+(inputs read back from the logged decision), and the invariants of :mod:`specround.statemachine.invariants`
+are checked after every rule, so ``specround check`` and the mutation lab run them without pytest.
+Hypothesis drives the same walk in the tests through :class:`Chooser`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+import torch
+
+from specround.model_check.conformance.pairs import Attempt, ConformancePair, Harness
+from specround.model_check.conformance.request_model import LogFactory, memory_log
+from specround.model_check.random_rounds import seeded_random_input
+from specround.sampling.processors.chain import ProcessorChain
+from specround.sampling.types import Layout
+from specround.statemachine import invariants
+from specround.statemachine.controller import RoundController
+from specround.statemachine.faults import FaultPlan, FaultPoint, FaultRule
+from specround.statemachine.invariants import Breach, LogFingerprint, log_fingerprint
+from specround.statemachine.rounds import RoundInput, RoundResult, RoundStatus
+from specround.statemachine.state import RequestState
+
+__all__ = [
+    "UNEXPLORED",
+    "WALK_EOS",
+    "WALK_MAX_NEW",
+    "WALK_VOCAB",
+    "Chooser",
+    "MachineWalk",
+    "RandomChooser",
+    "Violation",
+]
+
+
+class Chooser(Protocol):
+    """Where a walk's choices come from: a seeded ``random.Random`` or Hypothesis' ``data.draw``."""
+
+    def integer(self, low: int, high: int) -> int:
+        """An integer in ``[low, high]``."""
+        ...
+
+
+class RandomChooser:
+    """Choices from a seeded :class:`random.Random` (what ``specround check`` uses)."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = random.Random(f"specround-walk:{seed}")
+
+    def integer(self, low: int, high: int) -> int:
+        """An integer in ``[low, high]``."""
+        return self._rng.randint(low, high)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A state-machine invariant that failed after a rule of the walk."""
+
+    rule: str
+    invariant: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.invariant} after {self.rule}: {self.message}"
+
+
+WALK_VOCAB = 12
+WALK_EOS = 11
+WALK_MAX_NEW = 16
+WALK_OPEN_REQUESTS = 3
+"""Requests the walk opens at the start; it opens another whenever fewer stay unfinished."""
+WALK_MAX_REQUESTS = 9
+"""Requests a walk opens at most."""
+
+
+UNEXPLORED = 8
+"""Weight factor of a walk rule (or fault point) that has not been run yet."""
+
+
+def _weighted(chooser: Chooser, weights: Sequence[int]) -> int:
+    """An index drawn with the given positive integer weights."""
+    ticket = chooser.integer(0, sum(weights) - 1)
+    for index, weight in enumerate(weights):
+        ticket -= weight
+        if ticket < 0:
+            return index
+    return len(weights) - 1
+
+
+class MachineWalk:
+    """Seeded random rules over a controller and a log with every state-machine invariant checked.
+
+    The rules are those of ``tests/statemachine/test_state_machine.py`` and the invariants the same checks
+    of :mod:`specround.statemachine.invariants`: a breach is recorded as a :class:`Violation` (with its INV
+    number) instead of raising, so a walk under a mutation reports everything it breaks. A rule that
+    crashes ends the walk.
+    """
+
+    RULES: ClassVar[dict[str, int]] = {
+        "open_request": 2,
+        "step": 4,
+        "fault": 3,
+        "retry": 3,
+        "stale_publisher": 2,
+        "crash_and_replay": 1,
+        "finished_refused": 1,
+    }
+    """Each rule with its weight when enabled."""
+
+    def __init__(self, log_factory: LogFactory = memory_log) -> None:
+        self.log = log_factory()
+        self.plan = FaultPlan()
+        self.controller = RoundController(self.log, faults=self.plan)
+        self.harness = Harness(self.log)
+        self.known: dict[str, RequestState] = {}
+        self.unacknowledged: dict[str, tuple[RoundInput, RequestState]] = {}
+        self.violations: list[Violation] = []
+        self.rules_run: list[str] = []
+        self.points_run: set[FaultPoint] = set()
+        self._rule = "open"
+        for _ in range(WALK_OPEN_REQUESTS):
+            self._open()
+
+    def _open(self) -> None:
+        """Open the next request: layouts alternate, every third carries a stateful presence penalty."""
+        index = len(self.known)
+        rid = f"walk-{index}"
+        penalty = ProcessorChain.from_spec(
+            [{"kind": "presence_penalty", "params": {"penalty": 0.3}, "state": {}}], vocab_size=WALK_VOCAB
+        )
+        self.known[rid] = self.controller.open_request(
+            (1, 2, 3),
+            seed=100 + index,
+            processors=penalty if index % 3 == 2 else None,
+            vocab_size=WALK_VOCAB,
+            layout=Layout.RETAINED_FRONTIER if index % 2 else Layout.REPLAY_FRONTIER,
+            request_id=rid,
+            max_new_tokens=WALK_MAX_NEW,
+            stop_token_ids=[WALK_EOS],
+        )
+
+    @property
+    def pairs(self) -> list[ConformancePair]:
+        """Every attempt of the walk as a conformance pair."""
+        return self.harness.pairs
+
+    # --- running ----------------------------------------------------------------------------------------
+
+    def enabled(self) -> list[str]:
+        """Rules whose preconditions hold."""
+        unfinished = bool(self._unfinished())
+        ready = {
+            "open_request": len(self._unfinished()) < WALK_OPEN_REQUESTS
+            and len(self.known) < WALK_MAX_REQUESTS,
+            "step": unfinished,
+            "fault": unfinished,
+            "retry": bool(self.unacknowledged),
+            "stale_publisher": unfinished,
+            "crash_and_replay": True,
+            "finished_refused": any(s.finished for s in self.known.values()),
+        }
+        return [rule for rule in self.RULES if ready[rule]]
+
+    def run(self, chooser: Chooser, rules: int) -> None:
+        """Apply ``rules`` rules picked by ``chooser``, checking every invariant after each."""
+        for _ in range(rules):
+            if not self.apply(chooser):
+                return
+
+    def apply(self, chooser: Chooser) -> bool:
+        """One rule and the invariant checks; False when the rule crashed (the walk cannot go on).
+
+        Rules are drawn by weight; a rule the walk has not run yet weighs :data:`UNEXPLORED` times more, so
+        that a short walk still reaches every rule (and every fault point) whose precondition comes true.
+        """
+        enabled = self.enabled()
+        weights = [self.RULES[r] * (UNEXPLORED if r not in self.rules_run else 1) for r in enabled]
+        rule = enabled[_weighted(chooser, weights)]
+        self._rule = rule
+        self.rules_run.append(rule)
+        try:
+            getattr(self, f"rule_{rule}")(chooser)
+        except Exception as error:  # the code under test crashed: a finding, and the end of the walk
+            self._violate("crash", f"{type(error).__name__}: {error}")
+            return False
+        self.check_invariants()
+        return True
+
+    def _violate(self, invariant: str, message: str) -> None:
+        self.violations.append(Violation(self._rule, invariant, message))
+
+    def _record(self, breaches: list[Breach]) -> bool:
+        """Record every breach as a violation of the current rule; True when there was none."""
+        for breach in breaches:
+            self._violate(breach.invariant, breach.message)
+        return not breaches
+
+    def _unfinished(self) -> list[str]:
+        return [rid for rid, state in self.known.items() if not state.finished]
+
+    def _pick(self, chooser: Chooser, options: Sequence[str]) -> str:
+        return options[chooser.integer(0, len(options) - 1)]
+
+    def _input(self, controller: RoundController, rid: str, k: int, seed: int) -> RoundInput:
+        dtype = torch.float32 if seed % 2 else torch.float64
+        return seeded_random_input(controller, rid, k, seed, dtype=dtype)
+
+    def _published(self, rid: str, before: RequestState, result: RoundResult, who: str) -> bool:
+        """Check a round that must have published (INV-6) and its effects; adopt its successor if it did."""
+        if result.status is not RoundStatus.PUBLISHED or result.state is None:
+            self._violate("INV-6", f"{who}: {result.status} {result.error!r}")
+            return False
+        self._record(invariants.published_round(self.controller.config(rid), before, result))
+        self.known[rid] = result.state
+        self.unacknowledged.pop(rid, None)
+        return True
+
+    def _log_unchanged(self, fingerprint: LogFingerprint) -> bool:
+        return log_fingerprint(self.log) == fingerprint
+
+    # --- rules ------------------------------------------------------------------------------------------
+
+    def rule_open_request(self, chooser: Chooser) -> None:
+        """Admit another request (its generation-0 state is checked by the invariants)."""
+        self._open()
+
+    def rule_step(self, chooser: Chooser) -> None:
+        """A batched step of 1..3 unfinished requests with random rows."""
+        unfinished = self._unfinished()
+        rids = [rid for rid in unfinished if chooser.integer(0, 1)] or [self._pick(chooser, unfinished)]
+        attempts = [
+            Attempt(
+                self._input(self.controller, rid, chooser.integer(0, 4), chooser.integer(0, 2**20)),
+                self.known[rid].generation,
+            )
+            for rid in rids
+        ]
+        before = {rid: self.known[rid] for rid in rids}
+        results = self.harness.run("walk: step", self.controller, attempts)
+        for rid, result in zip(rids, results, strict=True):
+            self._published(rid, before[rid], result, rid)
+
+    def rule_fault(self, chooser: Chooser) -> None:
+        """A round failing at a random fault point F-1..F-6."""
+        rid = self._pick(chooser, self._unfinished())
+        points = list(FaultPoint)
+        point = points[_weighted(chooser, [1 if p in self.points_run else UNEXPLORED for p in points])]
+        self.points_run.add(point)
+        item = self._input(self.controller, rid, chooser.integer(0, 4), chooser.integer(0, 2**20))
+        before = self.known[rid]
+        self.plan.add(
+            FaultRule(point, request_ids=frozenset({rid}), generations=frozenset({before.generation + 1}))
+        )
+        fingerprint = log_fingerprint(self.log)
+        [result] = self.harness.run(
+            "walk: fault", self.controller, [Attempt(item, before.generation, fault=point.value)]
+        )
+        authoritative = self.controller.state(rid)
+        self._record(
+            invariants.fault_effect(
+                point, result, before, authoritative, log_unchanged=self._log_unchanged(fingerprint)
+            )
+        )
+        if not point.before_publication and authoritative.generation == before.generation + 1:
+            self.unacknowledged[rid] = (item, before)
+            self.known[rid] = authoritative
+
+    def rule_retry(self, chooser: Chooser) -> None:
+        """Re-submit a round whose acknowledgement was lost at F-6: acknowledged, nothing appended."""
+        rid = self._pick(chooser, sorted(self.unacknowledged))
+        item, before = self.unacknowledged.pop(rid)
+        fingerprint = log_fingerprint(self.log)
+        [result] = self.harness.run("walk: retry", self.controller, [Attempt(item, before.generation)])
+        unchanged = self._log_unchanged(fingerprint)
+        self._record(invariants.retry_acknowledged(result, self.known[rid], log_unchanged=unchanged))
+        if result.state is not None:
+            self._record(invariants.published_round(self.controller.config(rid), before, result))
+
+    def rule_stale_publisher(self, chooser: Chooser) -> None:
+        """A second controller loaded before a publication tries to publish a different round."""
+        rid = self._pick(chooser, self._unfinished())
+        stale = RoundController(self.log)
+        stale_generation = stale.state(rid).generation
+        stale_item = self._input(stale, rid, 3, chooser.integer(0, 999))
+        winner = Attempt(
+            self._input(self.controller, rid, 2, chooser.integer(1000, 2**20)), self.known[rid].generation
+        )
+        [won] = self.harness.run("walk: winner", self.controller, [winner])
+        if not self._published(rid, self.known[rid], won, "winner") or self.known[rid].finished:
+            return
+        fingerprint = log_fingerprint(self.log)
+        [lost] = self.harness.run("walk: stale writer", stale, [Attempt(stale_item, stale_generation)])
+        unchanged = self._log_unchanged(fingerprint)
+        self._record(invariants.stale_writer_refused(lost, log_unchanged=unchanged))
+
+    def rule_crash_and_replay(self, chooser: Chooser) -> None:
+        """Drop the controller; a new one rebuilds every request from the log (INV-8)."""
+        self.controller = RoundController(self.log, faults=self.plan)
+        self._record(invariants.reload_agrees(self.controller.load_all(), self.known))
+
+    def rule_finished_refused(self, chooser: Chooser) -> None:
+        """A round offered to a finished request is refused and appends nothing (INV-2)."""
+        rid = self._pick(chooser, sorted(r for r, s in self.known.items() if s.finished))
+        fingerprint = log_fingerprint(self.log)
+        generator = torch.Generator().manual_seed(0)
+        item = RoundInput(
+            rid,
+            self.controller.coordinate_digest(rid),
+            (),
+            None,
+            torch.softmax(torch.randn(1, WALK_VOCAB, generator=generator, dtype=torch.float64), -1),
+        )
+        [result] = self.harness.run(
+            "walk: finished", self.controller, [Attempt(item, self.known[rid].generation)]
+        )
+        unchanged = self._log_unchanged(fingerprint)
+        self._record(invariants.finished_request_refused(result, log_unchanged=unchanged))
+
+    # --- invariants -------------------------------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        """Every state invariant of the published states: INV-1, INV-8 (live, head, replay), INV-9, INV-4.
+
+        The checks are :func:`~specround.statemachine.invariants.state_invariants`.
+        """
+        self._record(invariants.state_invariants(self.controller, self.log, self.known))
