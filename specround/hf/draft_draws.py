@@ -37,6 +37,6 @@ def draw_tokens(q_rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     if q_rows.shape[0] == 0:
         return torch.empty(0, dtype=torch.int64)
     positive = q_rows > 0  # [B, V]
-    if bool(((positive.sum(-1) == 1).all() & (q_rows >= 0).all() & torch.isfinite(q_rows.amax(-1)).all())):
+    if bool((positive.sum(-1) == 1).all() & (q_rows >= 0).all() & torch.isfinite(q_rows.amax(-1)).all()):
         return positive.to(torch.uint8).argmax(-1).to(torch.int64)  # [B]
     return inverse_cdf(q_rows, u).tokens  # [B]

@@ -126,7 +126,7 @@ class AssistantDrafter:
             keep = min(_common_prefix(committed, ask.context), len(ask.context) - 1)
             engine.truncate(ask.row, keep)
             feeds[ask.row] = list(ask.context[keep:])
-        engine.compact()
+        engine.tidy()
         # Every uniform of the call in one Philox evaluation: row a's draft i uses counter a.counter + i.
         u = proposal_uniforms(
             [a.seed for a in active], [a.counter for a in active], max((a.k for a in active), default=0)
@@ -163,7 +163,7 @@ class AssistantDrafter:
 
     def keep_rows(self, rows: Sequence[int]) -> None:
         """Drop finished rows from the assistant's batch."""
-        self.engine.compact(rows)
+        self.engine.tidy(rows)
 
 
 class LookupDrafter:
