@@ -16,7 +16,8 @@ One step of the loop runs one round of every unfinished row:
 3. **verify**: ONE target forward for the whole batch over each row's ``[F, d_1..d_K]``
    (:mod:`specround.hf.batch_cache`), then each row's p rows along its drafts;
 4. **publish**: ONE controller step for all the rows (:mod:`specround.hf.controller_bridge`), i.e. one
-   batched exact decision and one group commit;
+   batched exact decision and one group commit, which runs on the controller's writer thread while the next
+   step drafts and verifies (every round is durable before ``generate`` returns a token);
 5. **K/V**: each row keeps what its round published and drops the rest; finished rows leave the batch.
 
 The generated law is the target's processed law whatever the assistant proposes (the sampler is exact), and
@@ -33,7 +34,7 @@ from typing import Any
 
 import torch
 
-from specround.errors import InvalidRequestError, SpecroundError, UnsupportedGenerationConfigError
+from specround.errors import InvalidRequestError, UnsupportedGenerationConfigError
 from specround.hf.batch_cache import BatchedCausalLM
 from specround.hf.config import GenerationSettings, resolve_settings
 from specround.hf.controller_bridge import ControllerBridge, RoundRequest
@@ -52,7 +53,6 @@ from specround.serving.policy import (
 from specround.serving.stats import AcceptanceStats, RoundOutcome
 from specround.statemachine.events import RoundTimings
 from specround.statemachine.ports import EventLog
-from specround.statemachine.rounds import RoundStatus
 
 __all__ = ["generate"]
 
@@ -230,12 +230,14 @@ def generate(
         "draft_processors_digest": q_chains[0].config_digest() if drafter is not None else "none",
     }
     event_log, label, owned = _open_log(log)
+    bridge: ControllerBridge | None = None
     try:
+        bridge = ControllerBridge(event_log)
         return _run(
             target,
             drafter,
             policy,
-            ControllerBridge(event_log),
+            bridge,
             ids=ids,
             prompts=prompts,
             seeds=seeds,
@@ -249,8 +251,12 @@ def generate(
             context=context,
         )
     finally:
-        if owned:
-            event_log.close()
+        try:
+            if bridge is not None:
+                bridge.close()
+        finally:
+            if owned:
+                event_log.close()
 
 
 def _run(
@@ -368,20 +374,12 @@ def _run(
                 )
             )
         t0 = clock()
-        results = bridge.step(requests)
+        results = bridge.submit(requests)  # decided now; durable before generate returns
         controller_s = clock() - t0
         keeps: dict[int, int] = {}
         outcomes = []
-        failure: SpecroundError | None = None
         for b, req, result in zip(live, requests, results, strict=True):
-            if result.status not in (RoundStatus.PUBLISHED, RoundStatus.ACKNOWLEDGED):
-                keeps[b] = 0
-                failure = (
-                    failure or result.error or InvalidRequestError(f"round of row {b} was not published")
-                )
-                continue
-            assert result.kv is not None and result.state is not None and result.commit is not None
-            keeps[b] = result.kv.keep
+            keeps[b] = result.keep
             states[b] = result.state
             q_chains[b].advance_many(result.emitted_ids)
             emitted = len(result.emitted_ids)
@@ -397,7 +395,7 @@ def _run(
                 requested_k=asked[b],
                 drafted=len(req.draft_ids),
                 accepted=result.accepted,
-                reached=result.commit.rng_after[1] - result.commit.rng_before[1],
+                reached=result.reached,
                 emitted_ids=result.emitted_ids,
                 terminal=result.terminal or "bonus",
                 finished=result.finished,
@@ -409,13 +407,11 @@ def _run(
             totals.add(outcome)
             outcomes.append(outcome)
         target.commit(keeps)
-        if failure is not None:
-            raise failure
         finished = [b for b in live if states[b].finished]
         for b in finished:
             policy.forget(rids[b])
         live = [b for b in live if not states[b].finished]
-        target.compact(live)
+        target.tidy(live)
         if drafter is not None:
             drafter.keep_rows(live)
         policy.observe(
@@ -433,6 +429,7 @@ def _run(
             ),
         )
         last_end = clock()
+    bridge.settle()  # every round is durable before any token is returned
     generated = [list(s.generated) for s in states]
     sequences = pad_sequences(ids, generated, settings.pad_token_id)
     if not settings.return_dict_in_generate:
