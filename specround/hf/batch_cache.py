@@ -11,7 +11,8 @@ positions are per row (``position_ids`` = the row's committed length + offset), 
 positions whatever the column. After a forward each row keeps a prefix of its new tokens
 (:meth:`BatchedCausalLM.commit`) or drops committed rows (:meth:`BatchedCausalLM.truncate`); columns no
 row keeps become holes that :meth:`BatchedCausalLM.compact` squeezes out (one gather per layer), which also
-removes finished rows from the batch.
+removes finished rows from the batch. Between steps :meth:`BatchedCausalLM.tidy` cuts only the unused
+tail (no copy) and compacts only when rows leave or the holes grow past a budget.
 
 Only full-attention ``DynamicLayer`` caches under the ``eager`` or ``sdpa`` attention paths are accepted
 (a sliding-window layer would drop columns; flash attention takes no 4-D mask).
@@ -30,6 +31,11 @@ from specround.errors import CacheProtocolError, InvalidRequestError, ModelLoadE
 __all__ = ["BatchedCausalLM"]
 
 _ATTENTION_PATHS = ("eager", "sdpa")
+
+HOLE_BUDGET = 0.125
+"""Fraction of the longest row's columns that :meth:`BatchedCausalLM.tidy` leaves as holes."""
+MIN_HOLES = 16
+"""Holes :meth:`BatchedCausalLM.tidy` always tolerates, whatever the rows' lengths."""
 
 
 class BatchedCausalLM:
@@ -207,6 +213,33 @@ class BatchedCausalLM:
             count = len(self._columns[row])
             self._columns[row] = list(range(width - count, width))
         self._width = width
+
+    def tidy(self, rows: Sequence[int] | None = None) -> None:
+        """The per-round form of :meth:`compact`: keep only ``rows`` (default: all) at the least cost.
+
+        Rows leaving the batch, or holes that waste more than :data:`HOLE_BUDGET` of the longest row's
+        columns (at least :data:`MIN_HOLES`), cost a :meth:`compact`. Otherwise only the tail columns no
+        row keeps are cut (a view per layer, no copy); the holes left inside rows stay masked.
+        """
+        if self._pending is not None:
+            raise CacheProtocolError("tidy after a forward that is not committed")
+        keep_rows = list(self.rows if rows is None else rows)
+        if keep_rows != self.rows:
+            self.compact(keep_rows)
+            return
+        end = max((cols[-1] + 1 for cols in self._columns.values() if cols), default=0)
+        longest = max((len(cols) for cols in self._columns.values()), default=0)
+        if end - longest > max(MIN_HOLES, int(longest * HOLE_BUDGET)):
+            self.compact(keep_rows)
+            return
+        if end == self._width:
+            return
+        for layer in getattr(self.cache, "layers", []):
+            if not getattr(layer, "is_initialized", False) or layer.keys is None:
+                continue
+            layer.keys = layer.keys[:, :, :end]  # [B, H, end, D]
+            layer.values = layer.values[:, :, :end]
+        self._width = end
 
     @property
     def width(self) -> int:

@@ -16,10 +16,9 @@ from typing import Any
 
 import torch
 
-from specround.errors import InvalidRequestError, SpecroundError
 from specround.hf.batch_cache import BatchedCausalLM
 from specround.hf.config import GenerationSettings
-from specround.hf.controller_bridge import BRIDGE_LAYOUT, ControllerBridge, RoundRequest
+from specround.hf.controller_bridge import BRIDGE_LAYOUT, ControllerBridge, RoundRequest, StagedRound
 from specround.hf.drafting import DraftAsk, Drafter
 from specround.sampling.layouts import extract_verification, verification_inputs
 from specround.sampling.processors.chain import ProcessorChain
@@ -27,7 +26,6 @@ from specround.serving.policy import MAX_DRAFT_LENGTH, DraftLengthPolicy, DraftS
 from specround.serving.stats import AcceptanceStats, RoundOutcome
 from specround.serving.step_timings import RoundWork, StepTimes, share_out, verify_calls
 from specround.statemachine.events import RoundTimings
-from specround.statemachine.rounds import RoundResult, RoundStatus
 from specround.statemachine.state import RequestState
 
 __all__ = ["BatchLoop", "RowRequests"]
@@ -135,12 +133,13 @@ class BatchLoop:
             self.target.commit({b: len(f) for b, f in feeds.items()})
 
     def run(self) -> None:
-        """Step until every row finished."""
+        """Step until every row finished and every round is durable."""
         live = [b for b in range(len(self.states)) if not self.states[b].finished]
         last_end = self.clock()
         while live:
             live = self.step(live, gap=self.clock() - last_end)
             last_end = self.clock()
+        self.bridge.settle()  # every round is durable before any token is returned
 
     def step(self, live: Sequence[int], gap: float) -> list[int]:
         """One round of every row of ``live``; returns the rows still unfinished."""
@@ -161,14 +160,14 @@ class BatchLoop:
             for b, work, timing in zip(live, verified.work, share_out(times, verified.work), strict=True)
         ]
         t0 = self.clock()
-        results = self.bridge.step(requests)
+        results = self.bridge.submit(requests)  # decided now; durable before generate returns
         controller_s = self.clock() - t0
         outcomes = self._settle(live, asked, requests, results, verified)
         finished = [b for b in live if self.states[b].finished]
         for b in finished:
             self.policy.forget(self.rids[b])
         still = [b for b in live if not self.states[b].finished]
-        self.target.compact(still)
+        self.target.tidy(still)
         if self.drafter is not None:
             self.drafter.keep_rows(still)
         self.policy.observe(
@@ -256,22 +255,14 @@ class BatchLoop:
         live: Sequence[int],
         asked: Mapping[int, int],
         requests: Sequence[RoundRequest],
-        results: Sequence[RoundResult],
+        results: Sequence[StagedRound],
         verified: _Verified,
     ) -> list[RoundOutcome]:
-        """Keep each published row's rounds, commit what it kept; raise the first unpublished row's error."""
+        """Keep each staged row's round and commit what it kept (the bridge raised any row's failure)."""
         keeps: dict[int, int] = {}
         outcomes = []
-        failure: SpecroundError | None = None
         for b, req, result in zip(live, requests, results, strict=True):
-            if result.status not in (RoundStatus.PUBLISHED, RoundStatus.ACKNOWLEDGED):
-                keeps[b] = 0
-                failure = (
-                    failure or result.error or InvalidRequestError(f"round of row {b} was not published")
-                )
-                continue
-            assert result.kv is not None and result.state is not None
-            keeps[b] = result.kv.keep
+            keeps[b] = result.keep
             self.states[b] = result.state
             self.q_chains[b].advance_many(result.emitted_ids)
             self._keep_positions(b, len(result.emitted_ids), verified)
@@ -283,8 +274,6 @@ class BatchLoop:
             self.totals.add(outcome)
             outcomes.append(outcome)
         self.target.commit(keeps)
-        if failure is not None:
-            raise failure
         return outcomes
 
     def _keep_positions(self, b: int, emitted: int, verified: _Verified) -> None:
@@ -294,16 +283,15 @@ class BatchLoop:
         if self.settings.output_logits:
             self.raw[b].extend(verified.logits[b][j] for j in range(emitted))
 
-    def _outcome(self, b: int, asked: int, req: RoundRequest, result: RoundResult) -> RoundOutcome:
-        """The published round of row ``b`` as the caller sees it."""
-        assert result.commit is not None
+    def _outcome(self, b: int, asked: int, req: RoundRequest, result: StagedRound) -> RoundOutcome:
+        """The staged round of row ``b`` as the caller sees it (released once the bridge settled it)."""
         return RoundOutcome(
             request_id=self.rids[b],
             generation=result.generation,
             requested_k=asked,
             drafted=len(req.draft_ids),
             accepted=result.accepted,
-            reached=result.commit.rng_after[1] - result.commit.rng_before[1],
+            reached=result.reached,
             emitted_ids=result.emitted_ids,
             terminal=result.terminal or "bonus",
             finished=result.finished,

@@ -1,29 +1,41 @@
 """Every call :mod:`specround.hf` makes to the round controller, in one place.
 
-The transformers path opens one request per batch row and publishes each step's rounds as ONE controller
-``step_batch`` (one batched decision, one group commit). Nothing else in :mod:`specround.hf` touches the
-controller.
+The transformers path opens one request per batch row and hands each step's rounds to the controller as ONE
+batch (one batched decision, one group commit). :meth:`ControllerBridge.submit` is the pipelined form
+(``submit_batch``): the decisions come back at once and the group commit runs on the controller's writer
+thread while the engine runs its next forwards; :meth:`ControllerBridge.settle` waits until every submitted
+round is durable, so nothing is released before its round is in the log. Nothing else in
+:mod:`specround.hf` touches the controller.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 
+from specround.errors import InvalidRequestError, SpecroundError
 from specround.sampling.processors.chain import ProcessorChain
 from specround.sampling.types import PAD_ID, Layout
 from specround.statemachine.controller import RoundController
 from specround.statemachine.events import RoundTimings
 from specround.statemachine.ports import EventLog
-from specround.statemachine.rounds import RoundResult
-from specround.statemachine.state import RequestState
+from specround.statemachine.rounds import RoundResult, RoundStatus
+from specround.statemachine.state import FinishReason, RequestState, TerminalName
+from specround.statemachine.step_result import TERMINAL_CODES, PendingStep
 
-__all__ = ["BRIDGE_LAYOUT", "ControllerBridge", "RoundRequest"]
+__all__ = ["BRIDGE_LAYOUT", "ControllerBridge", "RoundRequest", "StagedRound"]
 
 BRIDGE_LAYOUT = Layout.REPLAY_FRONTIER
 """The one layout the transformers path verifies in: its batch cache keeps no retained frontier row."""
+
+_DELIVERED = (RoundStatus.PUBLISHED, RoundStatus.ACKNOWLEDGED)
+_TERMINAL_NAMES: dict[int, TerminalName] = {
+    code: cast(TerminalName, name) for name, code in TERMINAL_CODES.items()
+}
 
 
 class RoundRequest:
@@ -70,11 +82,38 @@ class RoundRequest:
         """An opaque handle echoed in the K/V instruction."""
 
 
+@dataclass(frozen=True, slots=True)
+class StagedRound:
+    """One row's decided round as the engine needs it for its next forward (durable once settled)."""
+
+    emitted_ids: tuple[int, ...]
+    accepted: int
+    terminal: TerminalName
+    finished: bool
+    keep: int
+    """Branch K/V rows (of the round's ``[F, d_1..d_k]``) to commit."""
+    state: RequestState
+    """The request's staged successor state."""
+    reached: int
+    """Accept tests the round used."""
+
+    @property
+    def generation(self) -> int:
+        """The generation the round publishes."""
+        return self.state.generation
+
+    @property
+    def finish_reason(self) -> FinishReason | None:
+        """Why the request finished (None while it runs)."""
+        return self.state.finish_reason
+
+
 class ControllerBridge:
     """A :class:`RoundController` over one event log, seen through the calls the transformers path needs."""
 
     def __init__(self, log: EventLog) -> None:
         self._controller = RoundController(log)
+        self._pending: deque[PendingStep] = deque()
 
     def open_request(
         self,
@@ -112,9 +151,88 @@ class ControllerBridge:
         """
         if not rounds:
             return []
-        width = max(len(r.draft_ids) for r in rounds)
-        first = rounds[0].p_rows
-        n, vocab = len(rounds), first.shape[-1]
+        return self._controller.step_batch(*_batch_tensors(rounds), **_batch_keywords(rounds)).results()
+
+    def submit(self, rounds: Sequence[RoundRequest]) -> list[StagedRound]:
+        """Decide the rounds of one step as ONE batch and queue their group commit (pipelined).
+
+        Returns each row's staged round in input order; every request moves on to its staged successor
+        (:meth:`state`, :meth:`processors` and :meth:`remaining` answer for it). A row refused before
+        staging, or an earlier submitted step that did not become durable, raises its error here; call
+        :meth:`settle` before releasing any token.
+        """
+        if not rounds:
+            return []
+        before = [self._controller.state(r.request_id) for r in rounds]
+        pending = self._controller.submit_batch(*_batch_tensors(rounds), **_batch_keywords(rounds))
+        self._pending.append(pending)
+        if not all(pending.submitted):
+            self._raise_failure(pending.wait().results())
+        keeps, accepted_counts = pending.keep.tolist(), pending.accepted.tolist()
+        columns = zip(keeps, accepted_counts, pending.terminal.tolist(), strict=True)
+        staged = []
+        for r, previous, (keep, accepted, terminal) in zip(rounds, before, columns, strict=True):
+            state = self._controller.state(r.request_id)
+            staged.append(
+                StagedRound(
+                    emitted_ids=state.output[len(previous.output) :],
+                    accepted=accepted,
+                    terminal=_TERMINAL_NAMES[terminal],
+                    finished=state.finished,
+                    keep=keep,
+                    state=state,
+                    reached=state.rng.accept - previous.rng.accept,
+                )
+            )
+        while self._pending and self._pending[0].done:  # writes already settled by the controller
+            self._raise_failure(self._pending.popleft().wait().results())
+        return staged
+
+    def settle(self) -> None:
+        """Wait until every submitted round is durable; raises the first round's error if one is not."""
+        while self._pending:
+            self._raise_failure(self._pending.popleft().wait().results())
+
+    def close(self) -> None:
+        """Wait for the submitted writes and stop the controller's writer thread (the log stays open)."""
+        self._pending.clear()
+        self._controller.close()
+
+    @staticmethod
+    def _raise_failure(results: Sequence[RoundResult]) -> None:
+        for result in results:
+            if result.status not in _DELIVERED:
+                error: SpecroundError = result.error or InvalidRequestError(
+                    f"round of request {result.request_id!r} was not published ({result.status})"
+                )
+                raise error
+
+    def state(self, request_id: str) -> RequestState:
+        """The request's published state."""
+        return self._controller.state(request_id)
+
+    def remaining(self, request_id: str) -> int:
+        """Tokens the request may still emit."""
+        return self._controller.remaining(request_id)
+
+
+def _batch_tensors(
+    rounds: Sequence[RoundRequest],
+) -> tuple[list[str], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(request ids, drafts [B, K], draft lengths [B], q [B, K, V], p [B, K+1, V]) of the rounds."""
+    width = max(len(r.draft_ids) for r in rounds)
+    first = rounds[0].p_rows
+    n, vocab = len(rounds), first.shape[-1]
+    if n == 1 and first.shape[0] == width + 1:  # one row: its own rows are the batch, no copy
+        only = rounds[0]
+        p = first[None]  # [1, K+1, V]
+        q = (
+            only.q_rows[None].to(first.dtype)
+            if width and only.q_rows is not None
+            else first.new_zeros((1, width, vocab))
+        )
+        draft_ids = torch.tensor([only.draft_ids], dtype=torch.int64).reshape(1, width)  # [1, K]
+    else:
         p = first.new_zeros((n, width + 1, vocab))  # [B, K+1, V]
         q = first.new_zeros((n, width, vocab))  # [B, K, V]
         draft_ids = torch.full((n, width), PAD_ID, dtype=torch.int64)  # [B, K]
@@ -125,22 +243,15 @@ class ControllerBridge:
                 assert r.q_rows is not None
                 q[b, :k] = r.q_rows
                 draft_ids[b, :k] = torch.tensor(r.draft_ids, dtype=torch.int64)
-        return self._controller.step_batch(
-            [r.request_id for r in rounds],
-            draft_ids,
-            torch.tensor([len(r.draft_ids) for r in rounds], dtype=torch.int64),
-            q,
-            p,
-            proposal_draws=[r.proposal_draws for r in rounds],
-            branches=[r.branch for r in rounds],
-            verify_rows=[r.verify_rows for r in rounds],
-            timings=[r.timings for r in rounds],
-        ).results()
+    lengths = torch.tensor([len(r.draft_ids) for r in rounds], dtype=torch.int64)  # [B]
+    return [r.request_id for r in rounds], draft_ids, lengths, q, p
 
-    def state(self, request_id: str) -> RequestState:
-        """The request's published state."""
-        return self._controller.state(request_id)
 
-    def remaining(self, request_id: str) -> int:
-        """Tokens the request may still emit."""
-        return self._controller.remaining(request_id)
+def _batch_keywords(rounds: Sequence[RoundRequest]) -> dict[str, Any]:
+    """The per-row keyword sequences of ``step_batch`` / ``submit_batch``."""
+    return {
+        "proposal_draws": [r.proposal_draws for r in rounds],
+        "branches": [r.branch for r in rounds],
+        "verify_rows": [r.verify_rows for r in rounds],
+        "timings": [r.timings for r in rounds],
+    }

@@ -19,10 +19,10 @@ from typing import Any, Protocol
 
 import torch
 
-from specround.adapters.proposers.draws import draw_proposals
 from specround.adapters.proposers.ngram import lookup_continuation
 from specround.errors import InvalidRequestError
 from specround.hf.batch_cache import BatchedCausalLM
+from specround.hf.draft_draws import draw_tokens, proposal_uniforms
 from specround.sampling.processors.chain import ProcessorChain
 
 __all__ = ["AssistantDrafter", "Draft", "DraftAsk", "Drafter", "LookupDrafter"]
@@ -126,13 +126,19 @@ class AssistantDrafter:
             keep = min(_common_prefix(committed, ask.context), len(ask.context) - 1)
             engine.truncate(ask.row, keep)
             feeds[ask.row] = list(ask.context[keep:])
-        engine.compact()
+        engine.tidy()
+        # Every uniform of the call in one Philox evaluation: row a's draft i uses counter a.counter + i.
+        u = proposal_uniforms(
+            [a.seed for a in active], [a.counter for a in active], max((a.k for a in active), default=0)
+        )  # [B, k_max]
+        slot = {a.row: index for index, a in enumerate(active)}
         step = 0
         while active:
             logits = engine.forward({a.row: feeds[a.row] for a in active}, rows="last")
             engine.commit({a.row: len(feeds[a.row]) for a in active})
             q = torch.stack([a.chain.distribution(logits[a.row][-1]) for a in active])  # [B, V]
-            tokens = draw_proposals(q, [a.seed for a in active], [a.counter + step for a in active])  # [B]
+            u_step = u[[slot[a.row] for a in active], step]  # [B]
+            tokens = draw_tokens(q, u_step).tolist()  # [B]
             for index, ask in enumerate(active):
                 token = int(tokens[index])
                 drafts[ask.row].append(token)
@@ -157,7 +163,7 @@ class AssistantDrafter:
 
     def keep_rows(self, rows: Sequence[int]) -> None:
         """Drop finished rows from the assistant's batch."""
-        self.engine.compact(rows)
+        self.engine.tidy(rows)
 
 
 class LookupDrafter:

@@ -16,7 +16,8 @@ One step of the loop runs one round of every unfinished row:
 3. **verify**: ONE target forward for the whole batch over each row's ``[F, d_1..d_K]``
    (:mod:`specround.hf.batch_cache`), then each row's p rows along its drafts;
 4. **publish**: ONE controller step for all the rows (:mod:`specround.hf.controller_bridge`), i.e. one
-   batched exact decision and one group commit;
+   batched exact decision and one group commit, which runs on the controller's writer thread while the next
+   step drafts and verifies (every round is durable before ``generate`` returns a token);
 5. **K/V**: each row keeps what its round published and drops the rest; finished rows leave the batch.
 
 The generated law is the target's processed law whatever the assistant proposes (the sampler is exact), and
@@ -250,12 +251,14 @@ def generate(
     draft_digest = q_chains[0].config_digest() if drafter is not None else "none"
     coordinate = _coordinate(model, target, drafter, draft_digest)
     event_log, label, owned = _open_log(log)
+    bridge: ControllerBridge | None = None
     try:
+        bridge = ControllerBridge(event_log)
         loop = BatchLoop(
             target,
             drafter,
             policy,
-            ControllerBridge(event_log),
+            bridge,
             q_chains=q_chains,
             settings=settings,
             context=context,
@@ -263,8 +266,12 @@ def generate(
         rows = RowRequests(prompts, seeds, budget, p_chains, eos, coordinate)
         return _run(loop, rows, ids=ids, label=label)
     finally:
-        if owned:
-            event_log.close()
+        try:
+            if bridge is not None:
+                bridge.close()
+        finally:
+            if owned:
+                event_log.close()
 
 
 def _run(

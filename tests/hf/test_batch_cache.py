@@ -44,3 +44,44 @@ def test_rows_commit_truncate_and_leave_independently(build: Any) -> None:
     assert torch.allclose(out[2], _alone(model, [9, 10, 11, 30, 41, 42])[-2:], atol=1e-5)
     with pytest.raises(CacheProtocolError):
         cache.forward({0: [1]})  # the previous forward is not committed yet
+
+
+def test_tidy_cuts_the_tail_keeps_small_holes_and_compacts_large_ones() -> None:
+    model = tiny_llama(0)
+    cache = BatchedCausalLM(model, [0, 1])
+    tokens = {0: [1, 2, 3, 4], 1: [7, 8, 9, 10]}
+    cache.forward(tokens, rows="none")
+    cache.commit({0: 4, 1: 4})
+    cache.forward({0: [11, 12, 13], 1: [14, 15, 16]}, rows="none")
+    cache.commit({0: 1, 1: 2})  # column 6 is kept by no row, column 5 by row 1 only
+    cache.tidy()
+    assert cache.width == 6  # only the unused tail went
+    assert all(layer.keys.shape[2] == 6 for layer in cache.cache.layers)
+    out = cache.forward({0: [20], 1: [21, 22]})
+    assert torch.allclose(out[0], _alone(model, [1, 2, 3, 4, 11, 20])[-1:], atol=1e-5)
+    assert torch.allclose(out[1], _alone(model, [7, 8, 9, 10, 14, 15, 21, 22])[-2:], atol=1e-5)
+    cache.commit({0: 1, 1: 2})
+    for row in (0, 1):
+        cache.truncate(row, 2)  # 6 holes over rows of 2 columns: within MIN_HOLES, so kept
+    cache.tidy()
+    assert cache.width == 2  # the columns past every row's last one are cut
+    cache.forward({0: list(range(30, 50)), 1: [50]}, rows="none")
+    cache.commit({0: 20, 1: 1})
+    cache.truncate(0, 2)  # row 0 drops its 20 columns; only row 1 holds column 2
+    cache.tidy()
+    assert cache.width == 3
+    cache.forward({0: [60], 1: [61]}, rows="none")
+    cache.commit({0: 1, 1: 1})
+    cache.tidy()
+    assert cache.width == 4  # no holes above the budget: row 0 holds columns 0, 1 and 3
+    cache.forward({0: [62] * 20, 1: [63] * 20}, rows="none")
+    cache.commit({0: 20, 1: 20})
+    for row in (0, 1):
+        cache.truncate(row, 4)
+    cache.forward({0: [64], 1: [65]}, rows="none")  # column 24: 20 holes below it in every row
+    cache.commit({0: 1, 1: 1})
+    cache.tidy()
+    assert cache.width == 5  # the holes passed the budget: compacted
+    out = cache.forward({0: [66], 1: [67]})
+    assert torch.allclose(out[0], _alone(model, [1, 2, 60, 62, 64, 66])[-1:], atol=1e-5)
+    assert torch.allclose(out[1], _alone(model, [7, 8, 50, 61, 65, 67])[-1:], atol=1e-5)
