@@ -1,4 +1,6 @@
-"""Exact enumeration oracle: the speculative joint equals the target joint (0x03F-0x03H, 0x04G-0x04H).
+"""Exact enumeration oracle: the speculative joint equals the target joint.
+
+Contract: contract#prefix-induction, contract#exact-enumeration.
 
 For every fixture the oracle enumerates each draft path ``d_1..d_K`` with its processed ``q`` mass, every
 first rejection and the all-accepted (or stopped) branch, every terminal token, and completes each branch
