@@ -99,3 +99,9 @@ def test_the_code_actually_cites_the_contract() -> None:
     # Nearly every section is cited from the code or the other specs; at least the rule families are.
     assert {"staging", "fenced-publication", "sampler-law", "time-ledger", "failure-lab"} <= cited
     assert len(cited & defined_anchors()) >= 35
+
+
+def test_every_path_the_contract_names_exists() -> None:
+    named = set(re.findall(r"`((?:specround|tests)/[A-Za-z0-9_/.]*)`", CONTRACT.read_text(encoding="utf-8")))
+    assert named, "the contract names no modules"
+    assert sorted(p for p in named if not (ROOT / p).exists()) == []
