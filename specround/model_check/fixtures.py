@@ -7,12 +7,12 @@ draft length ``K``, a comparison horizon, raw-logit tables for the target and th
 tokens emitted since the round began; context-dependent), an ordered processor list for each side, a prompt
 that both processor chains have consumed before the round, and the remaining output budget.
 
-Named fixtures reproduce the specification's worked examples; :func:`random_fixtures` draws any number of
+Named fixtures reproduce the contract's worked examples; :func:`random_fixtures` draws any number of
 further fixtures from a fixed seed (fixture ``i`` depends only on ``(seed, i)``).
 
-contract#worked-coupling gives numbers, not whole rows: p(A) = 0.30, q(A) =
-0.60, acceptance of a drafted A = 0.50, residual mass Z = 0.25 + 0.05 = 0.30 with p'(B) = 0.833 and p'(C) =
-0.167, and a coupling diagonal of 0.70. We choose ``p = [0.30, 0.50, 0.20]`` and ``q = [0.60, 0.25, 0.15]``:
+contract#worked-coupling gives numbers, not whole rows: p(A) = 0.30, q(A) = 0.60, acceptance of a drafted
+A = 0.50, residual mass Z = 0.25 + 0.05 = 0.30 with p'(B) = 0.833 and p'(C) = 0.167, and a coupling
+diagonal of 0.70. We choose ``p = [0.30, 0.50, 0.20]`` and ``q = [0.60, 0.25, 0.15]``:
 then p(B) - q(B) = 0.25, p(C) - q(C) = 0.05, and sum min(p, q) = 0.30 + 0.25 + 0.15 = 0.70, consistent with
 every stated number (any q(B) + q(C) = 0.40 with p = q + (−0.30, 0.25, 0.05) would be).
 """
@@ -221,7 +221,7 @@ def named_fixtures() -> list[OracleFixture]:
             horizon=2,
             target_logits=_constant(3, 2, THREE_SYMBOL_P),
             draft_logits=_constant(3, 1, THREE_SYMBOL_Q),
-            notes="p = [0.30, 0.50, 0.20], q = [0.60, 0.25, 0.15] (chosen: the seed's table was lost)",
+            notes="p = [0.30, 0.50, 0.20], q = [0.60, 0.25, 0.15] (chosen to match contract#worked-coupling)",
             tags=frozenset({"spec", "three_symbol"}),
         ),
         OracleFixture(

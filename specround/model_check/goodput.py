@@ -11,7 +11,7 @@ and optionally a stop distance and the progress it claims per round. :func:`good
 ``E[G](K) / E[T_round](K)`` for every K in ``1..min(8, len(profile))`` and :func:`best_k` picks the K that
 maximises it, reporting whether the optimum is interior.
 
-The ledger refuses three kinds of declaration (contract#temporary-rows): rates that are not reach-conditioned
+The ledger refuses three kinds of declaration (contract#speedup-ledger): rates that are not reach-conditioned
 or are given for unreachable positions (:class:`~specround.errors.UnreachableRateError`), claimed progress
 that omits the correction/bonus token (:class:`~specround.errors.MissingProgressTokenError`), and any negative
 cost term, declared or evaluated (:class:`~specround.errors.NegativeCostError`).

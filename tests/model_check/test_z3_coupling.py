@@ -1,4 +1,4 @@
-"""The z3 coupling definitions on the specification's worked examples, the quick lemma proofs, and wrong
+"""The z3 coupling definitions on the contract's worked examples, the quick lemma proofs, and wrong
 couplings that the same proof shapes must refute (contract#sampler-law, contract#failure-lab)."""
 
 from __future__ import annotations
