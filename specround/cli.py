@@ -907,7 +907,7 @@ def log_command(
     limit: int = typer.Option(1000, "--limit", min=1, help="Most entries per request."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines, one entry per line."),
 ) -> None:
-    """Print the acceptance log (0x06F) of requests: every drafted position and every terminal draw."""
+    """Print the acceptance log of requests: each drafted position and terminal (contract#acceptance-log)."""
     import json
 
     from rich.console import Console

@@ -117,7 +117,7 @@ class DraftIdOutOfVocabError(InputError):
 
 
 class ZeroProposalProbabilityError(InputError):
-    """A draft token has q(d) = 0: the proposal distribution could not have sampled it (0x03D)."""
+    """A draft token has q(d) = 0: the proposal could not have sampled it (contract#degenerate-cases)."""
 
 
 class UnknownLayoutError(InputError):
@@ -150,7 +150,7 @@ class ReportOptionError(InputError):
 
 
 class LedgerDeclarationError(InputError):
-    """A speedup-ledger declaration (acceptance profile, progress, costs, rounds) is refused (0x05)."""
+    """A speedup-ledger declaration (profile, progress, costs, rounds) is refused: contract#speedup-ledger."""
 
 
 class UnreachableRateError(LedgerDeclarationError):
@@ -158,18 +158,18 @@ class UnreachableRateError(LedgerDeclarationError):
 
 
 class MissingProgressTokenError(LedgerDeclarationError):
-    """Round progress omits the correction/bonus token: G must be min(A + 1, H), not A (0x05B)."""
+    """Round progress omits the correction/bonus token: G is min(A + 1, H), not A: contract#round-progress."""
 
 
 class NegativeCostError(LedgerDeclarationError):
-    """A declared or observed cost term is negative (a hidden credit is not a cost, 0x05C)."""
+    """A declared or observed cost term is negative (a hidden credit is not a cost, contract#time-ledger)."""
 
 
 # --- provenance -----------------------------------------------------------------------------------------
 
 
 class StaleCoordinateError(SpecroundError):
-    """A proposal or verification bound to one round coordinate was offered to a different one (0x01D)."""
+    """A proposal or verification bound to one round coordinate met another (contract#stale-coordinate)."""
 
 
 # --- protocol -------------------------------------------------------------------------------------------
@@ -184,7 +184,7 @@ class IllegalTransitionError(ProtocolError):
 
 
 class StagingValidationError(ProtocolError):
-    """A staged successor failed its token-identity validation (0x06C) and was not published."""
+    """A staged successor failed its token-identity validation (contract#staging) and was not published."""
 
 
 class RequestFinishedError(ProtocolError):
@@ -192,7 +192,7 @@ class RequestFinishedError(ProtocolError):
 
 
 class CacheProtocolError(ProtocolError):
-    """A model's per-request K/V cache was driven out of order (0x04A, 0x06C).
+    """A model's per-request K/V cache was driven out of order (contract#staging).
 
     An unknown or already open request, a stale or foreign branch handle, mixed layouts, or a retained
     frontier that does not match the frontier being verified.

@@ -1,4 +1,6 @@
-"""The speedup ledger's formulas (0x05A-0x05D): accepted-prefix law, round progress, time per token.
+"""The speedup ledger's formulas: accepted-prefix law, round progress, time per token.
+
+Contract: contract#speedup-ledger.
 
 A leaf module (it imports only :mod:`specround.errors`): the serving loop's draft-length policy uses these
 formulas in production, and :mod:`specround.model_check.ledger` re-exports them for the checkers (one
@@ -144,7 +146,7 @@ def expected_progress(survival: Sequence[float]) -> float:
 
 
 def expected_discarded_rows(k: int, survival: Sequence[float]) -> float:
-    """Expected draft K/V rows the round discards: ``K - E[A]`` (0x05F)."""
+    """Expected draft K/V rows the round discards: ``K - E[A]`` (contract#temporary-rows)."""
     tail = _check_survival(survival)
     if k != len(tail) - 1:
         raise LedgerDeclarationError(f"K = {k} does not match a survival tail over {len(tail) - 1} drafts")
@@ -202,7 +204,7 @@ def leviathan_expected_progress(alpha: float, k: int) -> float:
 
 
 def leviathan_speedup(alpha: float, k: int, c: float) -> float:
-    """Idealised speedup ``S = (1 - alpha^(K+1)) / ((1 - alpha)(1 + K c))`` of Leviathan et al. (0x05D).
+    """Idealised speedup ``S = (1 - alpha^(K+1)) / ((1 - alpha)(1 + K c))`` (contract#closed-form).
 
     ``c`` is the cost of one draft call as a fraction of one target call; a negative ``c`` is refused.
     """

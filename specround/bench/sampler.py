@@ -10,9 +10,9 @@ repetition by repetition after warm-up repetitions, and summarised by their medi
 ``minimum_pass``
     The physical minimum the sampler must read: the gathered ``p_i(d_i)``, ``q_i(d_i)`` plus one ``p`` row and
     one ``q`` row per request (the terminal rows of the sampler's own decision), as a plain pass that sums
-    those rows with float64 accumulation -- the accumulation the exact sampler is required to use (0x03D).
-    The target is stated against this pass. ``minimum_read`` is the same pass accumulating in the rows' own
-    dtype: the cheapest plain read of those bytes, a stricter floor.
+    those rows with float64 accumulation -- the accumulation the exact sampler is required to use
+    (contract#degenerate-cases). The target is stated against this pass. ``minimum_read`` is the same pass
+    accumulating in the rows' own dtype: the cheapest plain read of those bytes, a stricter floor.
 ``full_pass``
     One pass over all of ``p`` and ``q``, row sums with float64 accumulation; ``full_read`` is the same in the
     rows' own dtype.

@@ -1,4 +1,6 @@
-"""Exact enumeration oracle: the speculative joint equals the target joint (0x03F-0x03H, 0x04G-0x04H).
+"""Exact enumeration oracle: the speculative joint equals the target joint.
+
+Contract: contract#prefix-induction, contract#exact-enumeration.
 
 For every fixture the oracle enumerates each draft path ``d_1..d_K`` with its processed ``q`` mass, every
 first rejection and the all-accepted (or stopped) branch, every terminal token, and completes each branch
@@ -26,7 +28,7 @@ token interval the real function returns that token, the intervals' bracket agre
 self-reported inverse-CDF fields (``terminal_mass_before``, ``terminal_token_mass``, ``residual_mass``),
 and the outcome does not change when the uniforms the decision reports as unreached are moved.
 
-Beside the joint, each fixture reports the per-position identities of the seed (acceptance
+Beside the joint, each fixture reports the per-position identities of the sampler law (acceptance
 ``1 - TV(p, q)``, the normalised residual, ``p == q`` never corrects), the accounting invariants of each
 leaf (INV-2, INV-3, INV-10 re-derived from the oracle's own rows) and the processor-row checks of
 :mod:`specround.model_check.tables` (``rows_along`` against per-prefix rows, both softmax backends).

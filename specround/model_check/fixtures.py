@@ -1,17 +1,19 @@
-"""Finite fixtures for the exact-enumeration oracle and the Monte Carlo check (0x03E, 0x04G, 003).
+"""Finite fixtures for the exact-enumeration oracle and the Monte Carlo check.
+
+Contract: contract#oracle, contract#worked-coupling, contract#worked-round.
 
 An :class:`OracleFixture` freezes everything a round depends on: a vocabulary of ``V <= 4`` tokens, the
 draft length ``K``, a comparison horizon, raw-logit tables for the target and the drafter *by prefix* (the
 tokens emitted since the round began; context-dependent), an ordered processor list for each side, a prompt
 that both processor chains have consumed before the round, and the remaining output budget.
 
-Named fixtures reproduce the specification's worked examples; :func:`random_fixtures` draws any number of
+Named fixtures reproduce the contract's worked examples; :func:`random_fixtures` draws any number of
 further fixtures from a fixed seed (fixture ``i`` depends only on ``(seed, i)``).
 
-The seed's 0x03E table was lost in extraction. Its stated numbers are p(A) = 0.30, q(A) = 0.60, acceptance
-of a drafted A = 0.50, residual mass Z = 0.25 + 0.05 = 0.30 with p'(B) = 0.833 and p'(C) = 0.167, and a
-coupling diagonal of 0.70. We choose ``p = [0.30, 0.50, 0.20]`` and ``q = [0.60, 0.25, 0.15]``: then
-p(B) - q(B) = 0.25, p(C) - q(C) = 0.05, and sum min(p, q) = 0.30 + 0.25 + 0.15 = 0.70, consistent with
+contract#worked-coupling gives numbers, not whole rows: p(A) = 0.30, q(A) = 0.60, acceptance of a drafted
+A = 0.50, residual mass Z = 0.25 + 0.05 = 0.30 with p'(B) = 0.833 and p'(C) = 0.167, and a coupling
+diagonal of 0.70. We choose ``p = [0.30, 0.50, 0.20]`` and ``q = [0.60, 0.25, 0.15]``:
+then p(B) - q(B) = 0.25, p(C) - q(C) = 0.05, and sum min(p, q) = 0.30 + 0.25 + 0.15 = 0.70, consistent with
 every stated number (any q(B) + q(C) = 0.40 with p = q + (−0.30, 0.25, 0.05) would be).
 """
 
@@ -50,13 +52,13 @@ MAX_FIXTURE_DRAFT = 3
 """Largest draft length of an oracle fixture."""
 
 THREE_SYMBOL_P = (0.30, 0.50, 0.20)
-"""0x03E target row over [A, B, C] (chosen; see the module docstring)."""
+"""The target row of contract#worked-coupling over [A, B, C] (chosen; see the module docstring)."""
 THREE_SYMBOL_Q = (0.60, 0.25, 0.15)
-"""0x03E draft row over [A, B, C] (chosen; see the module docstring)."""
+"""The draft row of contract#worked-coupling over [A, B, C] (chosen; see the module docstring)."""
 SUMMARY_P = (0.6, 0.3, 0.1)
-"""The 003 summary's target row over [A, B, C]."""
+"""The target row of contract#worked-round over [A, B, C]."""
 SUMMARY_Q = (0.2, 0.3, 0.5)
-"""The 003 summary's draft row over [A, B, C]."""
+"""The draft row of contract#worked-round over [A, B, C]."""
 
 LogitTable = Mapping[tuple[int, ...], tuple[float, ...]]
 """Raw logits ``[V]`` by prefix (tokens emitted since the round began)."""
@@ -175,7 +177,10 @@ def _two_token_draft(prefix: tuple[int, ...]) -> tuple[float, float]:
 
 
 def named_fixtures() -> list[OracleFixture]:
-    """The specification's fixtures: 0x04G (V = 2, K = 2), 0x03H (V = 2, K = 3), 0x03E, 003, and stops."""
+    """The contract's fixtures: two tokens with K = 2 and K = 3, both worked examples, and stops.
+
+    Contract: contract#oracle, contract#bonus-token, contract#worked-coupling, contract#worked-round.
+    """
     two_token_processors_target = (
         _spec("temperature", temperature=0.8),
         _spec("logit_bias", bias=[[1, 0.25]]),
@@ -186,7 +191,7 @@ def named_fixtures() -> list[OracleFixture]:
     )
     fixtures = [
         OracleFixture(
-            name="two-token K=2 (0x04G)",
+            name="two-token K=2 (contract#oracle)",
             vocab_size=2,
             draft_len=2,
             horizon=3,
@@ -198,7 +203,7 @@ def named_fixtures() -> list[OracleFixture]:
             tags=frozenset({"spec", "monte_carlo"}),
         ),
         OracleFixture(
-            name="two-token K=3 (0x03H)",
+            name="two-token K=3 (contract#bonus-token)",
             vocab_size=2,
             draft_len=3,
             horizon=4,
@@ -210,17 +215,17 @@ def named_fixtures() -> list[OracleFixture]:
             tags=frozenset({"spec", "monte_carlo"}),
         ),
         OracleFixture(
-            name="three-symbol (0x03E)",
+            name="three-symbol (contract#worked-coupling)",
             vocab_size=3,
             draft_len=1,
             horizon=2,
             target_logits=_constant(3, 2, THREE_SYMBOL_P),
             draft_logits=_constant(3, 1, THREE_SYMBOL_Q),
-            notes="p = [0.30, 0.50, 0.20], q = [0.60, 0.25, 0.15] (chosen: the seed's table was lost)",
+            notes="p = [0.30, 0.50, 0.20], q = [0.60, 0.25, 0.15] (chosen to match contract#worked-coupling)",
             tags=frozenset({"spec", "three_symbol"}),
         ),
         OracleFixture(
-            name="three-symbol gamma=2 (003)",
+            name="three-symbol gamma=2 (contract#worked-round)",
             vocab_size=3,
             draft_len=2,
             horizon=3,

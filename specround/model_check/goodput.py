@@ -1,4 +1,6 @@
-"""Choosing K under declared acceptance profiles and cost terms (0x05C, 0x05E, 0x05F).
+"""Choosing K under declared acceptance profiles and cost terms.
+
+Contract: contract#time-ledger, contract#acceptance-profiles, contract#temporary-rows.
 
 A :class:`GoodputFixture` declares, for one request coordinate, the reach-conditioned acceptance profile
 ``alpha_1^reach, alpha_2^reach, ...``, the cost terms of
@@ -9,10 +11,10 @@ and optionally a stop distance and the progress it claims per round. :func:`good
 ``E[G](K) / E[T_round](K)`` for every K in ``1..min(8, len(profile))`` and :func:`best_k` picks the K that
 maximises it, reporting whether the optimum is interior.
 
-The ledger refuses three kinds of declaration (0x05F): rates that are not reach-conditioned or are given for
-unreachable positions (:class:`~specround.errors.UnreachableRateError`), claimed progress that omits the
-correction/bonus token (:class:`~specround.errors.MissingProgressTokenError`), and any negative cost term,
-declared or evaluated (:class:`~specround.errors.NegativeCostError`).
+The ledger refuses three kinds of declaration (contract#speedup-ledger): rates that are not reach-conditioned
+or are given for unreachable positions (:class:`~specround.errors.UnreachableRateError`), claimed progress
+that omits the correction/bonus token (:class:`~specround.errors.MissingProgressTokenError`), and any negative
+cost term, declared or evaluated (:class:`~specround.errors.NegativeCostError`).
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ class AcceptanceProfile:
         if self.conditioning != "reach":
             raise UnreachableRateError(
                 f"profile {self.name!r} averages acceptance over {self.conditioning}: rates over rows that "
-                "no round reaches estimate a different quantity than alpha_j^reach (0x05A)"
+                "no round reaches estimate a different quantity than alpha_j^reach (contract#accepted-prefix)"
             )
         if not 0 <= k <= len(self.rates):
             raise LedgerDeclarationError(
@@ -86,7 +88,7 @@ class AcceptanceProfile:
 
     @property
     def mean_rate(self) -> float:
-        """Arithmetic mean of the declared rates (the number 0x05E shows to be insufficient)."""
+        """Arithmetic mean of the declared rates (not enough on its own: contract#acceptance-profiles)."""
         return math.fsum(self.rates) / len(self.rates) if self.rates else math.nan
 
 
@@ -159,7 +161,7 @@ class GoodputRow:
     speedup: float
     """``goodput * baseline_step``: goodput relative to one token per ordinary target decode step."""
     discarded_rows: float
-    """``K - E[A]`` draft K/V rows thrown away per round (0x05F)."""
+    """``K - E[A]`` draft K/V rows thrown away per round (contract#temporary-rows)."""
 
 
 @dataclass(frozen=True)
@@ -232,7 +234,7 @@ def _check_claim(fixture: GoodputFixture, k: int, progress: float, mean_accepted
     if abs(claimed - mean_accepted) <= PROGRESS_TOLERANCE or claimed < 1.0:
         raise MissingProgressTokenError(
             f"fixture {fixture.name!r} claims E[G] = {claimed} at K = {k}, but the round also emits its "
-            f"correction/bonus token: E[G] = E[min(A + 1, H)] = {progress} (0x05B)"
+            f"correction/bonus token: E[G] = E[min(A + 1, H)] = {progress} (contract#round-progress)"
         )
     raise LedgerDeclarationError(
         f"fixture {fixture.name!r} claims E[G] = {claimed} at K = {k}; the profile gives {progress}"
@@ -268,6 +270,6 @@ def best_k(fixture: GoodputFixture) -> KChoice:
 
 
 def declared_mean_matches(profiles: Sequence[AcceptanceProfile]) -> bool:
-    """Whether the profiles share one arithmetic mean rate (the premise of the 0x05E comparison)."""
+    """Whether the profiles share one arithmetic mean rate (the premise of contract#acceptance-profiles)."""
     means = [p.mean_rate for p in profiles]
     return all(abs(m - means[0]) <= PROGRESS_TOLERANCE for m in means)

@@ -92,8 +92,9 @@ def _frontier_logits(target: Any, rid: str, layout: Any, frontier: int) -> torch
 def _q_row_problems(loop: Any, drafter: Any, rid: str) -> tuple[list[str], list[float]]:
     """Re-derive every logged q(d_i) from a fresh forward of the draft model and the request's chain.
 
-    The proposer must hand the controller the processed row that sampled each draft (0x03D, 0x06J): row i
-    is the chain at ``O_0 + d_1..d_{i-1}`` applied to the draft model's logits after that prefix.
+    The proposer must hand the controller the processed row that sampled each draft
+    (contract#degenerate-cases, contract#processed-rows): row i is the chain at ``O_0 + d_1..d_{i-1}`` applied
+    to the draft model's logits after that prefix.
     """
     from specround.statemachine.staging import chain_from_config
 

@@ -1,4 +1,4 @@
-"""The speedup ledger's formulas (0x05A-0x05D), re-exported for the checkers.
+"""The speedup ledger's formulas (contract#speedup-ledger), re-exported for the checkers.
 
 The formulas live in the leaf module :mod:`specround.ledger` because production code (the serving loop's
 draft-length policy) uses them too and must not import :mod:`specround.model_check`. This module keeps the

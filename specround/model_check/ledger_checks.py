@@ -1,4 +1,4 @@
-"""The speedup ledger's checks for ``specround check`` (0x05A-0x05F).
+"""The speedup ledger's checks for ``specround check`` (contract#speedup-ledger).
 
 Each check compares the ledger against an independent computation (a closed form, a hand-derived value, a
 brute-force sum) or asserts that a declaration the specification calls invalid is refused by name.
@@ -50,14 +50,14 @@ LEDGER_TOLERANCE = 1e-12
 GROUP = "speedup ledger"
 
 PROFILES = {
-    "front-loaded (0x05E)": AcceptanceProfile("front-loaded (0x05E)", (0.95, 0.90, 0.60, 0.40)),
-    "back-loaded (0x05E)": AcceptanceProfile("back-loaded (0x05E)", (0.40, 0.60, 0.90, 0.95)),
+    "front-loaded": AcceptanceProfile("front-loaded", (0.95, 0.90, 0.60, 0.40)),
+    "back-loaded": AcceptanceProfile("back-loaded", (0.40, 0.60, 0.90, 0.95)),
     "aligned drafter, 8 positions": AcceptanceProfile("aligned drafter, 8 positions", (0.9,) * 8),
     "decaying drafter, 8 positions": AcceptanceProfile(
         "decaying drafter, 8 positions", (0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4)
     ),
 }
-"""Declared reach-conditioned acceptance profiles (0x05E's pair, and two over K = 1..8)."""
+"""Declared reach-conditioned profiles: the pair of contract#acceptance-profiles, two more over K = 1..8."""
 
 DECLARED_COSTS = CostTerms(
     draft_per_token=0.05, verify_fixed=1.0, verify_per_row=0.02, state_fixed=0.02, queue_per_row_squared=0.01
@@ -108,7 +108,7 @@ def _closed_form_checks() -> list[CheckResult]:
 
 
 def _sensitivity_checks() -> list[CheckResult]:
-    front, back = PROFILES["front-loaded (0x05E)"], PROFILES["back-loaded (0x05E)"]
+    front, back = PROFILES["front-loaded"], PROFILES["back-loaded"]
     front_progress = expected_progress(survival_from_reach(front.rates))
     back_progress = expected_progress(survival_from_reach(back.rates))
     hand_front = 1 + 0.95 + 0.95 * 0.9 + 0.95 * 0.9 * 0.6 + 0.95 * 0.9 * 0.6 * 0.4
@@ -116,7 +116,7 @@ def _sensitivity_checks() -> list[CheckResult]:
     return [
         CheckResult(
             GROUP,
-            "0x05E same mean rate, different E[G]",
+            "same mean rate, different E[G] (contract#acceptance-profiles)",
             declared_mean_matches([front, back]) and front_progress - back_progress > 1.0,
             max(abs(front_progress - hand_front), abs(back_progress - hand_back)),
             LEDGER_TOLERANCE,
@@ -153,7 +153,7 @@ def _optimiser_checks() -> list[CheckResult]:
                 f"speedup {choice.best.speedup:.3f}",
             )
         )
-    front = best_k(_fixture(PROFILES["front-loaded (0x05E)"]))
+    front = best_k(_fixture(PROFILES["front-loaded"]))
     out.append(
         CheckResult(
             GROUP,
@@ -166,7 +166,7 @@ def _optimiser_checks() -> list[CheckResult]:
 
 
 def _refusal_checks() -> list[CheckResult]:
-    front = PROFILES["front-loaded (0x05E)"]
+    front = PROFILES["front-loaded"]
     honest = tuple(row.expected_progress for row in goodput_table(_fixture(front)))
     without_token = tuple(value - 1.0 for value in honest)
     return [
@@ -199,7 +199,7 @@ def _refusal_checks() -> list[CheckResult]:
 
 
 def _time_per_token_checks() -> list[CheckResult]:
-    # 003: G = 1, 2, 3 with 0.40 / 0.24 / 0.36 and a declared 9 ms round.
+    # contract#worked-round: G = 1, 2, 3 with 0.40 / 0.24 / 0.36 and a declared 9 ms round.
     records = [
         RoundRecord(
             accepted=g - 1,
@@ -228,7 +228,7 @@ def _time_per_token_checks() -> list[CheckResult]:
             gap <= LEDGER_TOLERANCE and abs(renewal - naive) > 1e-4,
             gap,
             LEDGER_TOLERANCE,
-            f"E[T]/E[G] = {renewal * 1e3:.4f} ms, E[T/G] = {naive * 1e3:.4f} ms (003 law, 9 ms rounds)",
+            f"E[T]/E[G] = {renewal * 1e3:.4f} ms, E[T/G] = {naive * 1e3:.4f} ms (contract#worked-round)",
         )
     ]
 

@@ -1,4 +1,4 @@
-"""The speedup ledger estimated from observed rounds (0x05A-0x05C, 0x05E's measurement list).
+"""The speedup ledger estimated from observed rounds (contract#speedup-ledger, contract#acceptance-profiles).
 
 Each :class:`RoundRecord` is what one published round reports: accepted drafts ``A``, drafted ``k``,
 emitted tokens ``G``, whether the request stopped, and the four timing terms. The SQL event log provides

@@ -1,4 +1,4 @@
-"""Seeded Monte Carlo through the real ``decide`` (0x04I): a second path to the target joint.
+"""Seeded Monte Carlo through the real ``decide`` (contract#monte-carlo): a second path to the target joint.
 
 Every sample is one request with its own seed and four separate counter-based streams:
 

@@ -1,4 +1,6 @@
-"""The mutation lab (0x07): every failure class is a mutation of the real code path that a check must kill.
+"""The mutation lab: every failure class is a mutation of the real code path that a check must kill.
+
+Contract: contract#failure-lab.
 
 Each :class:`~specround.model_check.mutants.Mutation` patches wrong variants of real functions in for the
 duration of a ``with`` block (:mod:`specround.model_check.mutants`). The lab runs every check first on the
@@ -39,7 +41,8 @@ The checks (:data:`CHECKS`), each run as a plain function (:mod:`.lab_checks`, :
     fresh forward over ``O`` (within 1e-4: float32 logits of the same weights, computed in another order).
 ``model q rows``
     From the same runs: every logged q(d_i) equals the request's chain at ``O_0 + d_1..d_{i-1}`` applied to
-    a fresh forward of the draft model (the row that actually sampled the draft, 0x03D, 0x06J).
+    a fresh forward of the draft model (the row that actually sampled the draft, contract#degenerate-cases,
+    contract#processed-rows).
 ``model law``
     Monte Carlo through the whole serving path on the tiny Llama: the first
     :data:`~.lab_model_checks.MODEL_HORIZON` tokens of :data:`~.lab_model_checks.MODEL_LAW_SAMPLES` requests

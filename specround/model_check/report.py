@@ -17,8 +17,8 @@ details of each part that ran. Parts (:data:`PARTS`, selected with :attr:`CheckO
     The real controller against the z3 round relation and the state-machine walk's invariants
     (:mod:`.conformance`), and an audit of every log it wrote.
 ``mutations``
-    The mutation lab (:mod:`.mutation_lab`): every failure class of 0x07 must be killed; the mutation score
-    is killed / total and must be 100 %.
+    The mutation lab (:mod:`.mutation_lab`): every failure class of contract#failure-lab must be killed; the
+    mutation score is killed / total and must be 100 %.
 
 The coverage table (:mod:`.coverage`) of INV-n and F-n is always built. The report passes only when every
 row passes: every proof holds, every conformance pair conforms, every mutation is killed, every check of
@@ -204,9 +204,9 @@ def _fixture_parts(opts: CheckOptions, report: CheckReport, tick: Progress) -> N
         for result in enumerated[:n_named]:
             report.results.extend(result.checks)
         for result in enumerated[:n_named]:
-            if "0x03E" in result.name:
+            if "contract#worked-coupling" in result.name:
                 report.results.extend(three_symbol_checks(result))
-            if "003" in result.name:
+            if "contract#worked-round" in result.name:
                 report.results.extend(summary_checks(result))
         if opts.random_fixtures:
             report.results.extend(

@@ -107,7 +107,7 @@ def row_tree(fixture: OracleFixture, side: str, *, parity: bool = False) -> tupl
     """Rows of ``side`` at every prefix it reaches: depth ``horizon`` (target) or ``K`` (draft).
 
     Returns the tree and, with ``parity``, the largest gap between the declared softmax backend's rows and
-    the other backend's rows over the same processed logits (0x04J); 0.0 without.
+    the other backend's rows over the same processed logits (contract#backend-parity); 0.0 without.
     """
     builder = _TreeBuilder(fixture, side, parity)
     builder.grow(fixture.chain(side), ())

@@ -1,4 +1,6 @@
-"""The specification's worked numbers, checked through the real sampler (0x03E, the 003 summary).
+"""The contract's worked numbers, checked through the real sampler.
+
+Contract: contract#worked-coupling, contract#worked-round.
 
 Each number is read from the exact enumeration of a named fixture, i.e. from measures of the real decision
 function, and compared with the value the text states (to the digits it prints where it rounds).
@@ -44,7 +46,7 @@ def coupling_matrix(result: FixtureEnumeration) -> list[list[float]]:
 
 
 def three_symbol_checks(result: FixtureEnumeration) -> list[CheckResult]:
-    """0x03E: a(A) = 0.50, Z = 0.30, p'(B) = 0.833, p'(C) = 0.167, diagonal 0.70, both marginals."""
+    """contract#worked-coupling: a(A) = 0.50, Z = 0.30, p'(B) = 0.833, p'(C) = 0.167, diagonal 0.70."""
     name = result.name
     law = result.correction_laws.get((), {})
     z = result.correction_mass.get((), math.nan)
@@ -56,23 +58,33 @@ def three_symbol_checks(result: FixtureEnumeration) -> list[CheckResult]:
     return [
         within(
             name,
-            "0x03E acceptance of drafted A = 0.50",
+            "contract#worked-coupling: acceptance of drafted A = 0.50",
             abs(result.thresholds[(0,)] - 0.5),
             EXAMPLE_TOLERANCE,
         ),
-        within(name, "0x03E residual mass Z = 0.25 + 0.05 = 0.30", abs(z - 0.30), EXAMPLE_TOLERANCE),
+        within(
+            name,
+            "contract#worked-coupling: residual mass Z = 0.25 + 0.05 = 0.30",
+            abs(z - 0.30),
+            EXAMPLE_TOLERANCE,
+        ),
         CheckResult(
             name,
-            "0x03E p'(B) = 0.833, p'(C) = 0.167",
+            "contract#worked-coupling: p'(B) = 0.833, p'(C) = 0.167",
             _printed(b, 0.833, 3) and _printed(c, 0.167, 3) and abs(b - 0.25 / 0.30) <= EXAMPLE_TOLERANCE,
             abs(b - 0.25 / 0.30),
             EXAMPLE_TOLERANCE,
             f"measured p'(B) = {b:.6f}, p'(C) = {c:.6f}",
         ),
-        within(name, "0x03E coupling diagonal = 0.70 = 1 - TV", abs(diagonal - 0.70), EXAMPLE_TOLERANCE),
         within(
             name,
-            "0x03E coupling rows sum to q, columns to p",
+            "contract#worked-coupling: coupling diagonal = 0.70 = 1 - TV",
+            abs(diagonal - 0.70),
+            EXAMPLE_TOLERANCE,
+        ),
+        within(
+            name,
+            "contract#worked-coupling: coupling rows sum to q, columns to p",
             max(
                 max(abs(r - e) for r, e in zip(rows, THREE_SYMBOL_Q, strict=True)),
                 max(abs(col - e) for col, e in zip(columns, THREE_SYMBOL_P, strict=True)),
@@ -84,7 +96,7 @@ def three_symbol_checks(result: FixtureEnumeration) -> list[CheckResult]:
 
 
 def summary_checks(result: FixtureEnumeration) -> list[CheckResult]:
-    """003: acceptance [1, 1, 0.2] and 0.6, correction [1, 0, 0], counts 0.4/0.24/0.36, E = 1.96, rates."""
+    """contract#worked-round: acceptance [1, 1, 0.2], correction [1, 0, 0], E = 1.96, rates."""
     name = result.name
     conditional = [result.thresholds[(x,)] for x in range(3)]
     q_row = result.tables.draft.rows[()].tolist()
@@ -102,34 +114,34 @@ def summary_checks(result: FixtureEnumeration) -> list[CheckResult]:
     return [
         within(
             name,
-            "003 conditional acceptance [1, 1, 0.2]",
+            "contract#worked-round: conditional acceptance [1, 1, 0.2]",
             max(abs(a - e) for a, e in zip(conditional, (1.0, 1.0, 0.2), strict=True)),
             EXAMPLE_TOLERANCE,
         ),
-        within(name, "003 acceptance alpha = 0.6", abs(alpha - 0.6), EXAMPLE_TOLERANCE),
+        within(name, "contract#worked-round: acceptance alpha = 0.6", abs(alpha - 0.6), EXAMPLE_TOLERANCE),
         within(
             name,
-            "003 correction distribution [1, 0, 0]",
+            "contract#worked-round: correction distribution [1, 0, 0]",
             max(abs(law.get(x, 0.0) - e) for x, e in enumerate((1.0, 0.0, 0.0))),
             EXAMPLE_TOLERANCE,
         ),
         within(
             name,
-            "003 output counts 1/2/3 = 0.4/0.24/0.36",
+            "contract#worked-round: output counts 1/2/3 = 0.4/0.24/0.36",
             max(abs(c - e) for c, e in zip(counts, (0.4, 0.24, 0.36), strict=True)),
             EXAMPLE_TOLERANCE,
             f"Pr(A = a) = {[round(x, 12) for x in pmf]}",
         ),
-        within(name, "003 E[K] = 1.96", abs(progress - 1.96), EXAMPLE_TOLERANCE),
+        within(name, "contract#worked-round: E[K] = 1.96", abs(progress - 1.96), EXAMPLE_TOLERANCE),
         within(
             name,
-            "003 first emitted token ~ p = [0.6, 0.3, 0.1]",
+            "contract#worked-round: first emitted token ~ p = [0.6, 0.3, 0.1]",
             max(abs(f - e) for f, e in zip(first_token, SUMMARY_P, strict=True)),
             EXAMPLE_TOLERANCE,
         ),
         CheckResult(
             name,
-            "003 rates 217.8 / 130.7 / baseline 166.7 tokens/s",
+            "contract#worked-round: rates 217.8 / 130.7 / baseline 166.7 tokens/s",
             _printed(fast, 217.8, 1) and _printed(slow, 130.7, 1) and _printed(baseline, 166.7, 1),
             abs(fast - 217.77777777777777),
             1e-9,

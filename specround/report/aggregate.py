@@ -8,7 +8,7 @@ turns the counters into :class:`ReportData`: the reach-conditioned rates with Wi
 Kaplan-Meier survival tail with its band (:mod:`specround.report.stats`), ``Pr(A = a)``, the time ledger
 and the K/V row ledger.
 
-Definitions (0x05A-0x05C, 0x05F):
+Definitions (contract#speedup-ledger, contract#temporary-rows):
 
 * ``alpha_j^reach = accepted_j / reached_j``: ``reached_j`` counts rounds whose acceptance test ``j`` ran
   (``accept_draws >= j``), ``accepted_j`` those that accepted ``d_j`` (``A >= j``). Rows a round never

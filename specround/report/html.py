@@ -77,7 +77,7 @@ hash chains: <span class="{{ 'ok' if audit.chain_ok else 'bad' }}">
 {% for k, v in summary %}<tr><th>{{ k }}</th><td>{{ v }}</td></tr>
 {% endfor %}</table>
 
-<h2>Accepted prefix (0x05A)</h2>
+<h2>Accepted prefix (contract#accepted-prefix)</h2>
 <figure><img src="{{ figures.survival }}" alt="survival curve">
 <figcaption>Survival <code>s_j = Pr(A &ge; j)</code> as the product of the reach-conditioned rates
 (the Kaplan-Meier product-limit estimator: rounds that drafted fewer tokens or stopped inside their
@@ -107,13 +107,13 @@ different quantity, shown only for contrast.</figcaption></figure>
 <figure><img src="{{ figures.over_time }}" alt="acceptance over time">
 <figcaption>Per time bucket of {{ bucket_width }} (publication time).</figcaption></figure>
 
-<h2>Time ledger (0x05C)</h2>
+<h2>Time ledger (contract#time-ledger)</h2>
 <figure><img src="{{ figures.time_ledger }}" alt="time ledger">
 <figcaption>Mean draft, verify, state and queue seconds per round, and time per committed token as the
 renewal-reward ratio <code>sum T_round / sum G</code> per bucket
 (not <code>mean(T_round / G)</code>).</figcaption></figure>
 
-<h2>Temporary versus committed K/V rows (0x05F)</h2>
+<h2>Temporary versus committed K/V rows (contract#temporary-rows)</h2>
 <figure><img src="{{ figures.kv_rows }}" alt="verify and committed rows">
 <figcaption>Temporary rows are the verification pass's input rows (k + 1 under replay_frontier, k under
 retained_frontier); committed rows are the K/V rows the round kept

@@ -1,11 +1,11 @@
 """Interval estimates for the report: Wilson intervals for rates, Kaplan-Meier bands for the survival tail.
 
 **Why Kaplan-Meier.** A round with ``k`` drafts reaches acceptance test ``j`` only if it drafted at least
-``j`` tokens and accepted ``d_1..d_{j-1}`` without a stop in between (0x05A). Rounds that drafted fewer
-tokens or stopped inside their accepted prefix leave the experiment *censored*, not failed. The tail
-``s_j = Pr(A >= j) = prod_{i<=j} alpha_i^reach`` with ``alpha_i^reach = accepted_i / reached_i`` is exactly
-the Kaplan-Meier product-limit estimator with ``reached_i`` rounds at risk and ``reached_i - accepted_i``
-rejections at position ``i``.
+``j`` tokens and accepted ``d_1..d_{j-1}`` without a stop in between (contract#accepted-prefix). Rounds that
+drafted fewer tokens or stopped inside their accepted prefix leave the experiment *censored*, not failed. The
+tail ``s_j = Pr(A >= j) = prod_{i<=j} alpha_i^reach`` with ``alpha_i^reach = accepted_i / reached_i`` is
+exactly the Kaplan-Meier product-limit estimator with ``reached_i`` rounds at risk and ``reached_i -
+accepted_i`` rejections at position ``i``.
 
 **Bands.** Pointwise 95% intervals (``z = 1.959964``):
 

@@ -7,7 +7,7 @@ clean). Nothing about the events is faked except their inputs:
 
 * **Rows.** A seeded pool of target rows ``p`` and proposal rows ``q`` over a small vocabulary; ``q`` is
   ``p``'s logits plus noise that grows with the draft position, so ``alpha_j^reach`` falls with ``j`` (a
-  front-loaded profile, 0x05E). Drafts are sampled from ``q``.
+  front-loaded profile, contract#acceptance-profiles). Drafts are sampled from ``q``.
 * **Draft lengths.** Each request slot drafts ``K`` tokens, except every fourth slot (``K - 1``) and every
   seventh (``K - 2``), so rounds of different ``k`` are censored at different positions.
 * **Budgets.** Requests finish at their output budget (some by a stop inside the accepted prefix) and their

@@ -1,4 +1,6 @@
-"""The immutable speculative-round coordinate (0x01A, 0x01C, 0x01D).
+"""The immutable speculative-round coordinate.
+
+Contract: contract#round-coordinate, contract#layout-snapshot, contract#stale-coordinate.
 
 Every p row, q row and draft of a round means something only under one frozen identity: which target and
 proposal produced them, under which backend, processors, vocabulary, RNG streams and counters, layout,

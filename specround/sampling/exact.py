@@ -1,11 +1,11 @@
 """The batched exact speculative sampler: accept/reject, correction or bonus, stops, RNG accounting.
 
 For request ``b`` with draft length ``k = draft_lens[b] <= K`` and budget ``R = remaining[b] >= 1``
-(0x03-0x03H, 0x04, 0x05B, 0x06D):
+(contract#sampler-law, contract#verification, contract#round-progress, contract#reached-events):
 
 1. Test ``i`` (1-based) accepts iff ``u_i < p_i(d_i) / q_i(d_i)`` (:func:`accepts`, the one place this
    predicate is written). ``A`` is the length of the leading run of accepted tests: the first rejection ends
-   the round (0x03G).
+   the round (contract#first-rejection-stops).
 2. A stop inside the accepted prefix: ``s`` = the smallest ``i <= A`` with ``d_i`` in the stop set of
    position ``i`` or ``i == R``. Then ``d_1..d_s`` are emitted, terminal STOP, ``accept_draws = s`` (later
    tests are never reached), no terminal draw, and the request is finished.
@@ -16,7 +16,7 @@ For request ``b`` with draft length ``k = draft_lens[b] <= K`` and budget ``R = 
    finished when the terminal token is in the stop set of position ``A + 1`` or ``A + 1 == R``.
    With ``k = 0`` the round is plain target sampling from ``p_1``.
 
-Degenerate cases (0x03D): ``q_i(d_i) = 0`` for a drafted token is refused
+Degenerate cases (contract#degenerate-cases): ``q_i(d_i) = 0`` for a drafted token is refused
 (:class:`~specround.errors.ZeroProposalProbabilityError`); the residual ``p - q`` is taken in the rows' dtype,
 its negative entries (tiny negative rounding residue included) are clamped to zero, and it is summed in
 float64 (:func:`terminal_mass`). A rejection is only possible when ``p(d) < q(d)``, so for normalised rows
@@ -102,7 +102,7 @@ BLOCK_SIZE = 256
 (``min(BLOCK_SIZE, V)`` columns wide: see :func:`block_width`)."""
 
 DEGENERATE_RESIDUAL_ULPS = 16
-"""A residual mass at or below this many units of roundoff of the rows' dtype counts as zero (0x03D)."""
+"""A residual mass of at most this many roundoff units of the dtype is zero (contract#degenerate-cases)."""
 
 _CPU_CHUNK_ELEMENTS = 1 << 18
 """Elements per vocabulary chunk of the terminal pass on CPU (a few float64 copies stay in a 2 MiB L2)."""
@@ -116,7 +116,8 @@ def degenerate_residual_tolerance(dtype: torch.dtype) -> float:
 
     Why 16 ulps: rows that are roundings of the same distribution differ entrywise by a few units of
     roundoff relative to each entry, so their positive-part difference sums to a few ``eps`` at most; 16
-    leaves margin for two softmax implementations (0x04J) while staying far below any real difference.
+    leaves margin for two softmax implementations (contract#backend-parity) while staying far below any real
+    difference.
     """
     return DEGENERATE_RESIDUAL_ULPS * float(torch.finfo(dtype).eps)
 
@@ -137,7 +138,7 @@ class InverseCdfDraw:
 
 
 def accepts(uniforms: torch.Tensor, p_draft: torch.Tensor, q_draft: torch.Tensor) -> torch.Tensor:
-    """The acceptance predicate, in float64: accept iff ``u < p(d) / q(d)`` (0x03A).
+    """The acceptance predicate, in float64: accept iff ``u < p(d) / q(d)`` (contract#accept-rule).
 
     With ``u`` in ``[0, 1)``: ``p >= q`` always accepts (so ``p == q`` never corrects), ``p = 0`` always
     rejects, and ``P(accept) = min(1, p / q)``. Inputs broadcast; returns a bool tensor. The sampler and the
@@ -149,7 +150,7 @@ def accepts(uniforms: torch.Tensor, p_draft: torch.Tensor, q_draft: torch.Tensor
 def terminal_mass(
     p_rows: torch.Tensor, q_rows: torch.Tensor | None, correction: torch.Tensor
 ) -> torch.Tensor:
-    """Unnormalised float64 mass the terminal token is drawn from, per row (0x03C, 0x03D).
+    """Unnormalised float64 mass the terminal token is drawn from, per row (contract#positive-residual).
 
     ``p_rows`` [N, C] and ``q_rows`` [N, C] (``None`` when no row is a correction) hold the same columns of
     the terminal rows, in one dtype; ``correction`` [N] bool selects the residual ``max(p - q, 0)``,
@@ -511,7 +512,10 @@ def _terminal_draws(
     terminal_uniforms: torch.Tensor,
     mode: ValidationMode,
 ) -> _TerminalOutcome:
-    """Draw the correction or bonus token of every request that needs one, from row ``A`` (0x03C, 0x03H)."""
+    """Draw the correction or bonus token of every request that needs one, from row ``A``.
+
+    Contract: contract#positive-residual, contract#bonus-token.
+    """
     n_batch, k_max = batch.draft_ids.shape
     device = n_accepted.device
     tokens = torch.full((n_batch,), PAD_ID, dtype=torch.int64, device=device)  # [B]

@@ -1,4 +1,6 @@
-"""Verification layouts: which inputs a target call receives and which rows it returns (0x01B, 0x04A–0x04E).
+"""Verification layouts: which inputs a target call receives and which rows it returns.
+
+Contract: contract#frontier-layouts, contract#verification.
 
 For one request whose round-start output ends in the frontier ``x_t`` at absolute position ``t`` and a
 draft path ``d_1..d_K``:
@@ -9,9 +11,9 @@ draft path ``d_1..d_K``:
 * ``retained_frontier``: the cache already holds ``x_t`` and the previous call's row ``p_1`` was retained.
   Inputs ``[d_1..d_K]`` at positions ``t+1..t+K``; ``K`` logits rows and ``K`` new K/V rows.
 
-Both yield the same logical tuple ``([p_1..p_K], p_{K+1}, [KV(d_1)..KV(d_K)])`` (0x04D); the replay
-layout also hands back ``KV(x_t)``, which a published round always commits. Row ``j`` of every input owns
-both its K/V row and the logits that score the *next* position: the one-row offset is structural.
+Both yield the same logical tuple ``([p_1..p_K], p_{K+1}, [KV(d_1)..KV(d_K)])`` (contract#logical-tuple); the
+replay layout also hands back ``KV(x_t)``, which a published round always commits. Row ``j`` of every input
+owns both its K/V row and the logits that score the *next* position: the one-row offset is structural.
 
 Every layout decision is made here, by :func:`replays_frontier`; the row count (:func:`verify_row_count`),
 the inputs (:func:`verification_inputs`) and the row mapping (:func:`extract_verification`) derive from it,
@@ -20,7 +22,7 @@ layouts themselves.
 
 Attention visibility is a predicate on request identity and absolute position, never on local row
 indices: query ``u`` may read key ``v`` iff ``request(u) == request(v) and position(v) <= position(u)``
-(0x04C, 0x04E).
+(contract#visibility, contract#packed-requests).
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ def verification_inputs(
 
 @dataclass(frozen=True, slots=True)
 class Verification:
-    """The logical tuple a verification yields, independent of the layout (0x04D).
+    """The logical tuple a verification yields, independent of the layout (contract#logical-tuple).
 
     Rows are whatever the target returned (raw logits, before any processor); ``kv_*`` are slices of the
     caller's ``new_kv`` container (a tensor with rows on dim 0, a list of handles, ...).
@@ -165,7 +167,7 @@ def extract_verification(
     k: int,
     retained_p1: torch.Tensor | None = None,
 ) -> Verification:
-    """Split one request's target output into the logical tuple of 0x04B.
+    """Split one request's target output into the logical tuple (contract#verification-tensors).
 
     ``replay_frontier``: ``logits`` ``[k+1, V]``, ``new_kv`` ``k + 1`` rows, ``retained_p1`` is ``None``.
     ``retained_frontier``: ``logits`` ``[k, V]``, ``new_kv`` ``k`` rows, ``retained_p1`` ``[V]`` required
@@ -216,7 +218,7 @@ def visibility_mask(
     key_request_ids: torch.Tensor | Sequence[int],
     key_positions: torch.Tensor | Sequence[int],
 ) -> torch.Tensor:
-    """Rectangular attention visibility ``bool [Q, Kv]`` (0x04C, 0x04E).
+    """Rectangular attention visibility ``bool [Q, Kv]`` (contract#visibility, contract#packed-requests).
 
     Query row ``u`` may read key row ``v`` exactly when
     ``request(u) == request(v) and position(v) <= position(u)``. Keys are the past cache rows plus the new

@@ -1,4 +1,4 @@
-"""Two softmax backends over the vocabulary axis, parity-tested against each other (0x04J).
+"""Two softmax backends over the vocabulary axis, parity-tested against each other (contract#backend-parity).
 
 * :func:`softmax_max_shift` is the conventional form: subtract the row maximum, exponentiate, normalise.
 * :func:`softmax_online` walks the vocabulary in blocks and keeps a running maximum ``m`` and a running

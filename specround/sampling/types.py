@@ -36,7 +36,7 @@ class Stream(IntEnum):
 
 
 class Layout(StrEnum):
-    """Where the frontier's K/V row lives at round start (0x01B)."""
+    """Where the frontier's K/V row lives at round start (contract#frontier-layouts)."""
 
     REPLAY_FRONTIER = "replay_frontier"
     """The cache ends before the frontier; verification replays it: inputs ``[x_t, d_1..d_K]``."""
@@ -134,8 +134,8 @@ class SamplerDecision:
     means the length cap did (finish reason "length"). When both happen at once, the stop token wins."""
     degenerate_correction: torch.Tensor
     """[B] bool: a rejection whose residual mass was at or below the degenerate tolerance (p and q equal up
-    to rounding, 0x03D), so the correction was drawn from the target row ``p[terminal_row]`` itself;
-    ``residual_mass`` then holds that row's sum."""
+    to rounding, contract#degenerate-cases), so the correction was drawn from the target row
+    ``p[terminal_row]`` itself; ``residual_mass`` then holds that row's sum."""
 
     @property
     def batch_size(self) -> int:

@@ -1,7 +1,7 @@
 """Online cost models for the draft-length policy: linear fits with forgetting and a declared prior.
 
-Each term of the round-time ledger (0x05C) is modelled as a line in one shape variable, fitted online by
-weighted least squares over the observations seen so far:
+Each term of the round-time ledger (contract#time-ledger) is modelled as a line in one shape variable, fitted
+online by weighted least squares over the observations seen so far:
 
 * draft seconds ``T_D = a + b * K`` per proposer call (K: the largest draft length asked of the call);
 * verification seconds ``T_V = a + b * rows`` per target call (rows: input rows the call computed), kept

@@ -7,8 +7,8 @@ Grammar (parsed and checked before any model is loaded):
 ``early-exit:N``
     Self-speculation: the target's first N layers, final norm and head, with their own K/V (1 <= N < L).
 ``model:PATH``
-    A separate draft model from a GGUF file. It must share the target's tokenizer (0x06K: a ratio
-    ``p(d) / q(d)`` is only defined when both models name the same token events), which is checked.
+    A separate draft model from a GGUF file. It must share the target's tokenizer (contract#shared-vocabulary:
+    a ratio ``p(d) / q(d)`` is only defined when both models name the same token events), which is checked.
 ``model:bf16``, ``model:fp16`` (aliases ``model:smollm2-bf16``, ``model:smollm2-fp16``)
     The reduced-precision copy of the target: its weights rounded through bfloat16 / float16 (computed in
     float32), the same copy ``specround bench e2e`` hands transformers as ``assistant_model``.
@@ -155,7 +155,7 @@ def build_proposer(spec: DraftSpec, target: object, *, vocab_digest: str | None 
     ):
         raise ModelLoadError(
             f"draft model {spec.path.name} does not share the target's tokenizer: speculative sampling needs "
-            "one vocabulary of token events (0x06K)"
+            "one vocabulary of token events (contract#shared-vocabulary)"
         )
     return ModelProposer(
         LlamaTarget(draft.model, model_id=draft.model_id), proposer_id=f"model:{draft.model_id}"

@@ -1,6 +1,6 @@
 """The serving loop: a batch of requests driven through rounds by a target, a proposer and the controller.
 
-One :meth:`ServingLoop.step` runs one round of every unfinished request (DESIGN §1, §8):
+One :meth:`ServingLoop.step` runs one round of every unfinished request:
 
 1. **K.** The draft-length policy picks each request's K (:mod:`specround.serving.policy`), capped by its
    remaining budget (a round emits at most ``A + 1`` tokens, so ``K <= remaining - 1``).
@@ -11,22 +11,23 @@ One :meth:`ServingLoop.step` runs one round of every unfinished request (DESIGN 
    offered drafts to verify (:meth:`DraftLengthPolicy.trim`; a lookup proposer may offer fewer than asked).
 4. **Verify.** ONE packed target call over every request's branch ``[F, d_1..d_K]``.
 5. **p rows.** Each request's raw logits are processed by its own chain at their logical prefixes
-   (:meth:`ProcessorChain.rows_along`): row i at the state advanced over ``d_1..d_i`` (0x04F, 0x06J).
+   (:meth:`ProcessorChain.rows_along`): row i at the state advanced over ``d_1..d_i``
+   (contract#processed-rows).
 6. **Decide and publish.** One controller step: lifecycle, one batched exact decision, staging, one
    group-committed publication under each request's generation fence.
 7. **K/V.** The controller's instruction is executed: a published round commits the first ``keep`` logical
    rows of its branch and drops the rest (INV-5); an aborted round drops the branch; the proposer hears of
    every publication (:meth:`Proposer.on_published`) so a draft model rolls its own cache back.
 
-**Time ledger (0x05C).** Every published event carries :class:`~specround.statemachine.events.RoundTimings`.
-A step's wall time is split among its rounds: proposer time by the drafts each request asked for, target
-time by the rows each request's branch computed, the p-row work as measured per request, the gap since the
-previous step (the caller's streaming callback, admission of new requests) evenly. A publication cannot
-carry the duration of its own publish, so a round's ``state_s`` holds its p-row work plus the *closing* work
-of the request's previous round (its share of the controller step, its K/V execution and the proposer
-notification). Summed over a request's rounds the ledger therefore covers its wall time except the prompt
-prefill and the closing work of its final round, which the loop's own total
-(:attr:`ServingLoop.wall_seconds`) includes. The share-out is :mod:`specround.serving.step_timings`.
+**Time ledger (contract#time-ledger).** Every published event carries
+:class:`~specround.statemachine.events.RoundTimings`. A step's wall time is split among its rounds: proposer
+time by the drafts each request asked for, target time by the rows each request's branch computed, the p-row
+work as measured per request, the gap since the previous step (the caller's streaming callback, admission of
+new requests) evenly. A publication cannot carry the duration of its own publish, so a round's ``state_s``
+holds its p-row work plus the *closing* work of the request's previous round (its share of the controller
+step, its K/V execution and the proposer notification). Summed over a request's rounds the ledger therefore
+covers its wall time except the prompt prefill and the closing work of its final round, which the loop's own
+total (:attr:`ServingLoop.wall_seconds`) includes. The share-out is :mod:`specround.serving.step_timings`.
 
 **Failures.** Nothing is half-published: the controller's step either publishes a round or leaves its state
 as it was (INV-7). An aborted round's branch is discarded and the request keeps its state; a round aborted by

@@ -1,4 +1,4 @@
-"""Draft length as a control policy (0x05E: "draft length is a control policy, not a fixed law").
+"""Draft length as a control policy, not a fixed law (contract#acceptance-profiles).
 
 Two policies share one small protocol (:class:`DraftLengthPolicy`). Around every step the loop asks twice:
 
@@ -15,7 +15,7 @@ verified are still accounted (the counters advance by what the proposer drew).
 :class:`FixedDraftLength` asks for, and verifies, the same K every round (capped by budget and context).
 
 :class:`AdaptiveDraftLength` picks the K vector over ``0..MAX_DRAFT_LENGTH`` that maximises the step's
-expected committed tokens per second under measured costs (0x05C):
+expected committed tokens per second under measured costs (contract#time-ledger):
 
 * **Costs.** Online fits (:mod:`specround.serving.costs`) of the proposer call's seconds against the
   largest K asked of it (a line), the target call's seconds against the rows it computed (measured per row
@@ -24,11 +24,11 @@ expected committed tokens per second under measured costs (0x05C):
   ``replay_frontier`` a step's target work is one call over ``sum(K_r + 1)`` rows; under
   ``retained_frontier`` it is the frontier call over the B rows plus one call over ``sum(K_r)`` rows.
   When trimming, the drafting is already paid for and only the rest counts.
-* **Progress.** Per request, the reach-conditioned acceptance ``alpha_j^reach`` (0x05A), counted only over
-  rounds whose acceptance test j was reached (the ACCEPT draws of INV-3), and ``E[G](K) = 1 +
-  sum_{j<=K} prod_{i<=j} alpha_i^reach`` (:func:`specround.ledger.survival_from_reach`,
-  :func:`specround.ledger.expected_progress`). The budget caps K at ``remaining - 1``, so no round is
-  planned past it.
+* **Progress.** Per request, the reach-conditioned acceptance ``alpha_j^reach`` (contract#accepted-prefix),
+  counted only over rounds whose acceptance test j was reached (the ACCEPT draws of INV-3), and ``E[G](K) = 1
+  + sum_{j<=K} prod_{i<=j} alpha_i^reach`` (:func:`specround.ledger.survival_from_reach`,
+  :func:`specround.ledger.expected_progress`). The budget caps K at ``remaining - 1``, so no round is planned
+  past it.
 * **Search.** The best common K first, then one coordinate pass that lets each request move its own K with
   the others held (a request whose drafts do not pay drops to K = 0: plain decode). Speculation is chosen
   only if it beats plain decoding by :data:`SPECULATION_MARGIN` in predicted tokens per second.

@@ -2,9 +2,10 @@
 
 :class:`RoundOutcome` is one published round as the loop saw it (drafts asked for and received, accepted
 count, reached acceptance tests, emitted tokens, the time ledger). :class:`AcceptanceStats` folds outcomes
-into the quantities of the speedup ledger (0x05A, 0x06G): accepted / proposed drafts, the reach-conditioned
-acceptance ``alpha_j^reach`` by draft position (a test counts at position j only if the round *reached* it:
-the ACCEPT draws of INV-3), mean accepted length, tokens per round and the time split.
+into the quantities of the speedup ledger (contract#accepted-prefix, contract#serving-telemetry): accepted /
+proposed drafts, the reach-conditioned acceptance ``alpha_j^reach`` by draft position (a test counts at
+position j only if the round *reached* it: the ACCEPT draws of INV-3), mean accepted length, tokens per round
+and the time split.
 """
 
 from __future__ import annotations

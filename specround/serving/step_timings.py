@@ -1,4 +1,4 @@
-"""The time ledger of one step (0x05C): the step's shared calls split among its rounds.
+"""The time ledger of one step (contract#time-ledger): the step's shared calls split among its rounds.
 
 A step makes a few calls that serve every round at once (one proposer call, one packed verification, under
 ``retained_frontier`` one frontier call) and some work per round (its p rows, the closing work of its

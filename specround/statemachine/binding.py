@@ -1,4 +1,6 @@
-"""The round coordinate of a request's published state (0x01A, 0x01C, 0x01D).
+"""The round coordinate of a request's published state.
+
+Contract: contract#round-coordinate, contract#layout-snapshot, contract#stale-coordinate.
 
 A proposal and a verification are made *for* one :class:`~specround.sampling.coordinate.RoundCoordinate`:
 the static identities the request was opened with (target and draft model, backend, draft processors,

@@ -216,7 +216,7 @@ class RoundController:
         return self._entry(request_id).config
 
     def coordinate(self, request_id: str) -> RoundCoordinate:
-        """The round coordinate of the request's published state (0x01A)."""
+        """The round coordinate of the request's published state (contract#round-coordinate)."""
         live = self._entry(request_id)
         return round_coordinate(live.config, live.current, live.target_config_digest)
 

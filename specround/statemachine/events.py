@@ -1,9 +1,9 @@
 """The events of the log: immutable, versioned pydantic models, one per lifecycle transition.
 
 Events are *slim*: each carries only what its transition adds, so a round's five events together hold what
-an audit needs (DESIGN §7, the acceptance log of 0x06F) without repeating a payload. The log wraps each in a
-:class:`~specround.statemachine.ports.StoredEvent` envelope with the per-request sequence number and hash
-chain link ``hash = chain_hash(prev_hash, canonical_bytes(event))``.
+an audit needs, the acceptance log included (contract#acceptance-log), without repeating a payload. The log
+wraps each in a :class:`~specround.statemachine.ports.StoredEvent` envelope with the per-request sequence
+number and hash chain link ``hash = chain_hash(prev_hash, canonical_bytes(event))``.
 
 Versioning: every event has ``schema_version``. :func:`parse_event` upcasts older payloads step by step
 through :data:`UPCASTERS` before validation, so a log written by an older release stays readable.
@@ -110,7 +110,8 @@ class RoundDecided(_EventBase):
     """q of the terminal token in the rejected position's row (0 for a bonus)."""
     degenerate_correction: bool = False
     """A rejection whose residual mass was at or below the sampler's degenerate tolerance, so the
-    correction was drawn from the target row itself (0x03D); ``residual_mass`` then holds that row's sum."""
+    correction was drawn from the target row itself (contract#degenerate-cases); ``residual_mass`` then holds
+    that row's sum."""
     finished: bool
     finish_reason: FinishReason | None = None
 
@@ -130,7 +131,7 @@ class RoundStaged(_EventBase):
 
 
 class RoundTimings(BaseModel):
-    """Wall time of the parts of a round, in seconds (the time ledger of 0x05C)."""
+    """Wall time of the parts of a round, in seconds (the time ledger, contract#time-ledger)."""
 
     model_config = _FROZEN
 

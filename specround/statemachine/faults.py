@@ -1,4 +1,6 @@
-"""Named fault points F-1..F-6 and the configuration that injects failures at them (0x06E, specs/faults.md).
+"""Named fault points F-1..F-6 and the configuration that injects failures at them.
+
+Contract: contract#fenced-publication, specs/faults.md.
 
 A :class:`FaultPlan` is handed to the controller; at each point of a round the controller asks the plan
 whether to fail there, and raises :class:`~specround.errors.InjectedFaultError` if so. No monkey-patching:

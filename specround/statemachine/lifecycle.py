@@ -1,4 +1,4 @@
-"""The round lifecycle as a data table for ``transitions`` (0x06A, DESIGN §6).
+"""The round lifecycle as a data table for ``transitions`` (contract#round-transaction).
 
 ```
 ROUND_READY -> VERIFIED_TEMPORARY -> DECIDED -> STAGED -> PUBLISHED

@@ -1,10 +1,10 @@
-"""The model ports: what the round controller needs from a target model and from a proposer (DESIGN §8).
+"""The model ports: what the round controller needs from a target model and from a proposer.
 
 ``specround.adapters`` implements them (a compact Llama in torch, a Hugging Face bridge, n-gram / early-exit
 / draft-model proposers); the controller drives them and decides, the adapters execute.
 
-Target cache contract (the same for both layouts, 0x01B, 0x06C). Between rounds a request's authoritative
-state has committed cache ``C == O[:-1]`` and frontier ``F == O[-1]``:
+Target cache contract (the same for both layouts, contract#frontier-layouts, contract#staging). Between rounds
+a request's authoritative state has committed cache ``C == O[:-1]`` and frontier ``F == O[-1]``:
 
 * :meth:`TargetModel.prefill` commits the rows of ``O[:-1]`` (the prompt minus its last token).
 * ``replay_frontier``: :meth:`TargetModel.verify` feeds ``[F, d_1..d_K]`` at positions ``P..P+K``.

@@ -51,7 +51,7 @@ class RoundProposal:
     """Caller-chosen round id; by default derived from the coordinate digest and the drafts, so that
     re-submitting the same round (a retry) names the same transaction."""
     timings: RoundTimings | None = None
-    """Optional wall-time ledger of the round (0x05C), logged with the publication."""
+    """Optional wall-time ledger of the round (contract#time-ledger), logged with the publication."""
 
 
 @dataclass(frozen=True, slots=True)

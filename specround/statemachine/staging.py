@@ -1,4 +1,6 @@
-"""Staging a round's successor off to the side from S_0, validated by token identities (0x06C, 0x06D, 0x06E).
+"""Staging a round's successor off to the side from S_0, validated by token identities.
+
+Contract: contract#staging, contract#reached-events, contract#fenced-publication.
 
 Pure functions shared by the controller (which stages live rounds) and replay (which re-stages logged ones),
 so that both derive a successor in exactly one way (INV-8):
@@ -153,7 +155,7 @@ def stage_successor(
     finished: bool,
     finish_reason: FinishReason | None,
 ) -> RequestSnapshot:
-    """Assemble and validate S_1 off to the side from S_0 (0x06C, 0x06D).
+    """Assemble and validate S_1 off to the side from S_0 (contract#staging, contract#reached-events).
 
     ``committed`` are the token ids of the committed rows (:attr:`KvStaging.committed_token_ids`); the
     staged cache ``C_0 + committed`` must equal the staged output ``O_0 + emitted`` without its last token,

@@ -1,4 +1,6 @@
-"""Authoritative request state S = (O, C, F, P, G, R, V) and the speculative commit record (0x06A, 0x06E).
+"""Authoritative request state S = (O, C, F, P, G, R, V) and the speculative commit record.
+
+Contract: contract#round-transaction, contract#fenced-publication.
 
 Both are frozen pydantic models. A round never mutates a state: it stages a successor off to the side from
 the round-start snapshot S_0, validates it by token identities, and publishes it under the generation fence.
@@ -160,7 +162,7 @@ def state_digest(state: RequestState, output_fold: bytes, cache_fold: bytes) -> 
 
 
 class SpeculativeCommit(BaseModel):
-    """The transaction record of one round (0x06E), built and validated before the fence."""
+    """The transaction record of one round, checked before the fence (contract#fenced-publication)."""
 
     model_config = _FROZEN
 

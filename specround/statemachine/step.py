@@ -1,4 +1,6 @@
-"""A step: the rounds of one engine iteration driven through the lifecycle together (DESIGN §6).
+"""A step: the rounds of one engine iteration driven through the lifecycle together.
+
+Contract: contract#round-transaction.
 
 One trigger per phase for the whole batch, one batched sampler decision per group of compatible rounds,
 one group-committed publication; each round keeps its own phase, fence and outcome.

@@ -1,4 +1,6 @@
-"""Serving telemetry: the 0x06F acceptance log as a query, Prometheus metrics, structured logging.
+"""Serving telemetry: the acceptance log as a query, Prometheus metrics, structured logging.
+
+Contract: contract#acceptance-log, contract#serving-telemetry.
 
 * :func:`acceptance_log` reads the acceptance log of a request back from the event log
   (``specround log LOG --request ID``).

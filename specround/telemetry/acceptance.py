@@ -1,10 +1,10 @@
-"""The acceptance log of 0x06F, read back from the event log: one entry per drafted position and per terminal.
+"""The acceptance log read back from the event log: one entry per drafted position and per terminal.
 
-0x06F asks for ``draft_token, q_prob, p_prob, accept_ratio = min(1, p/q), uniform_sample,
-accepted_or_rejected, correction_distribution_id, committed_token_count`` for every drafted position. The
-round's events already hold all of it (``round_ready``: drafts and ``q_i(d_i)``; ``round_verified``:
-``p_i(d_i)``; ``round_decided``: the uniforms, the outcome and the terminal draw), so the acceptance log is
-a *query*, not a second log: :func:`acceptance_log` streams a request's events and yields
+Contract: contract#acceptance-log, which asks for ``draft_token, q_prob, p_prob, accept_ratio = min(1, p/q),
+uniform_sample, accepted_or_rejected, correction_distribution_id, committed_token_count`` for every drafted
+position. The round's events already hold all of it (``round_ready``: drafts and ``q_i(d_i)``;
+``round_verified``: ``p_i(d_i)``; ``round_decided``: the uniforms, the outcome and the terminal draw), so the
+acceptance log is a *query*, not a second log: :func:`acceptance_log` streams a request's events and yields
 :class:`AcceptanceEntry` values.
 
 Per round, the drafted positions ``1..k`` come first:
@@ -15,8 +15,9 @@ Per round, the drafted positions ``1..k`` come first:
 
 Then one terminal entry (``position = A + 1`` for a correction, ``k + 1`` for a bonus; none when a stop
 ended the round) with the TERMINAL uniform and the id of the distribution the token was drawn from:
-``residual(p_i-q_i)+`` for a correction, ``p_i`` for a bonus or a degenerate correction (0x03D). When the
-round logged row digests, the id carries the p rows' digest prefix (``@abcd1234``).
+``residual(p_i-q_i)+`` for a correction, ``p_i`` for a bonus or a degenerate correction
+(contract#degenerate-cases). When the round logged row digests, the id carries the p rows' digest prefix
+(``@abcd1234``).
 """
 
 from __future__ import annotations

@@ -11,20 +11,21 @@ after a prefix change. As in vLLM they are Counters, exposed with the ``_total``
 ``specround:spec_decode_num_accepted_tokens_per_pos_total`` accepted drafts by ``position`` (0-based)
 =========================================================  =================================================
 
-This project's own (0x05C, 0x05F, 0x06G): ``specround:rounds_published_total{terminal}``,
-``specround:rounds_acknowledged_total``, ``specround:rounds_unacknowledged_total{fault_point}``,
-``specround:rounds_aborted_total{reason, fault_point}``, ``specround:publish_conflicts_total{kind}`` (the
-generation compare-and-swap was lost: ``stale_generation``, ``duplicate_round``),
-``specround:fence_refusals_total{reason}`` (refused before publishing: ``stale_coordinate``,
-``finished``), the histograms ``specround:round_{draft,verify,state,queue}_seconds``, the K/V ledger
+This project's own (contract#time-ledger, contract#temporary-rows, contract#serving-telemetry):
+``specround:rounds_published_total{terminal}``, ``specround:rounds_acknowledged_total``,
+``specround:rounds_unacknowledged_total{fault_point}``, ``specround:rounds_aborted_total{reason,
+fault_point}``, ``specround:publish_conflicts_total{kind}`` (the generation compare-and-swap was lost:
+``stale_generation``, ``duplicate_round``), ``specround:fence_refusals_total{reason}`` (refused before
+publishing: ``stale_coordinate``, ``finished``), the histograms
+``specround:round_{draft,verify,state,queue}_seconds``, the K/V ledger
 ``specround:kv_{temporary,committed}_rows_total`` and ``..._bytes_total``, the output counters
 ``specround:generation_tokens_total`` and, per ``speculation`` = ``on`` (k > 0) | ``off`` (k = 0),
 ``specround:output_tokens_total``, ``specround:round_seconds_total`` and the histogram
-``specround:time_per_output_token_seconds``. A round published whose acknowledgement was lost (F-6)
-is counted only in ``rounds_unacknowledged_total`` (the caller never received its content; the log holds
-it). TPOT is observed once per emitted token with that token's
-share ``T_round / G`` of its round, so the histogram's ``_sum / _count`` is the renewal-reward ratio
-``sum T / sum G`` of 0x05C (not ``mean(T / G)``). Every metric carries a ``model_name`` label.
+``specround:time_per_output_token_seconds``. A round published whose acknowledgement was lost (F-6) is counted
+only in ``rounds_unacknowledged_total`` (the caller never received its content; the log holds it). TPOT is
+observed once per emitted token with that token's share ``T_round / G`` of its round, so the histogram's
+``_sum / _count`` is the renewal-reward ratio ``sum T / sum G`` of contract#time-ledger (not ``mean(T / G)``).
+Every metric carries a ``model_name`` label.
 
 Each :class:`SpecroundMetrics` owns its registry (by default a fresh one), so several can live in one
 process; :func:`serve_metrics` exposes a registry over HTTP on the loopback interface.
@@ -138,7 +139,7 @@ class SpecroundMetrics:
         self.phase_seconds = {
             phase: Histogram(
                 f"{p}round_{phase}_seconds",
-                f"Wall seconds of the {phase} part of a round (0x05C).",
+                f"Wall seconds of the {phase} part of a round (contract#time-ledger).",
                 m,
                 buckets=_SECONDS_BUCKETS,
                 registry=r,

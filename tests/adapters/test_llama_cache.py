@@ -1,5 +1,6 @@
 """The compact Llama as a target model, on the tiny random-weights model: per-request K/V with commit and
-discard, both layouts, packed verification and the visibility predicate (0x04A-0x04E, 0x06C; INV-1, INV-5).
+discard, both layouts, packed verification and the visibility predicate (contract#verification,
+contract#staging; INV-1, INV-5).
 
 Tolerance: the same logits computed with different row counts go through differently blocked fp32 matrix
 kernels, so they agree only up to summation order. On this model (|logits| < 10, two layers of width 16)
@@ -55,7 +56,7 @@ def test_round_commits_frontier_and_accepted_drafts(tiny: LlamaBundle, layout: L
     assert result.logits.shape == (len(drafts) + 1, 8)
     assert result.computed_rows == (len(drafts) + 1 if layout is REPLAY else len(drafts))
     assert result.branch.token_ids == (output[-1], *drafts)
-    # Logical rows: row i scores the token after F, d_1..d_i, in both layouts (0x04D).
+    # Logical rows: row i scores the token after F, d_1..d_i, in both layouts (contract#logical-tuple).
     expected = fresh(tiny, output + drafts)[len(output) - 1 :]
     torch.testing.assert_close(result.logits, expected, atol=ATOL, rtol=0)
 
@@ -73,7 +74,7 @@ def test_round_commits_frontier_and_accepted_drafts(tiny: LlamaBundle, layout: L
 
 
 def test_both_layouts_publish_the_same_cache(tiny: LlamaBundle) -> None:
-    """0x06C: layout-specific rows, layout-independent successor."""
+    """contract#staging: layout-specific rows, layout-independent successor."""
     committed = {}
     for layout in (REPLAY, RETAINED):
         target = LlamaTarget(tiny.model, model_id=tiny.model_id)
@@ -120,7 +121,7 @@ def test_retained_keep_zero_leaves_frontier_retained(tiny_target: LlamaTarget) -
 
 
 def test_packed_verify_equals_separate_runs(tiny: LlamaBundle) -> None:
-    """Three requests with different prompt and draft lengths in one forward (0x04E)."""
+    """Three requests with different prompt and draft lengths in one forward (contract#packed-requests)."""
     prompts = {"a": [1, 2, 3, 4, 5, 6, 7], "b": [7, 7], "c": [0, 3, 5, 1]}
     drafts = {"a": (2, 2), "b": (1, 4, 6, 0), "c": ()}
     layouts = {"a": REPLAY, "b": RETAINED, "c": RETAINED}
@@ -142,8 +143,8 @@ def test_packed_verify_equals_separate_runs(tiny: LlamaBundle) -> None:
 
 
 def test_visibility_other_requests_cannot_change_a_request(tiny: LlamaBundle) -> None:
-    """0x04C/0x04E: with the same shapes, changing every token of the other requests leaves a request's
-    logits bit-for-bit unchanged (masked keys get exactly zero weight)."""
+    """contract#visibility, contract#packed-requests: with the same shapes, changing every token of the other
+    requests leaves a request's logits bit-for-bit unchanged (masked keys get exactly zero weight)."""
 
     def run(other: int) -> torch.Tensor:
         target = LlamaTarget(tiny.model, model_id=tiny.model_id)

@@ -45,7 +45,7 @@ def test_small_check_passes_with_json() -> None:
     names = {row["check"] for row in payload["results"]}
     assert "speculative joint = target joint" in names
     assert "Monte Carlo chi-square vs target joint" in names
-    assert "003 E[K] = 1.96" in names
+    assert "contract#worked-round: E[K] = 1.96" in names
     assert "the oracle rejects it" in names  # the oracle's decision smoke tests
     assert "interior optimum found when one exists" in names
     assert payload["proofs"] == [] and payload["mutation_lab"] is None and payload["mutation_score"] is None

@@ -1,4 +1,7 @@
-"""Exact enumeration oracle through the real sampler (0x03F-0x03H, 0x04G-0x04H; INV-2, INV-3, INV-10)."""
+"""Exact enumeration oracle through the real sampler (INV-2, INV-3, INV-10).
+
+Contract: contract#prefix-induction, contract#exact-enumeration.
+"""
 
 from __future__ import annotations
 
@@ -50,7 +53,7 @@ def test_named_fixtures_pass_every_check(named: list[FixtureEnumeration]) -> Non
 
 
 def test_two_token_k3_joint_covers_all_sixteen_sequences(named: list[FixtureEnumeration]) -> None:
-    result = next(r for r in named if "0x03H" in r.name)
+    result = next(r for r in named if "contract#bonus-token" in r.name)
     assert len(result.tables.target_joint) == 16  # V ** horizon, no stops
     assert set(result.speculative_joint) == set(result.tables.target_joint)
     # Every first rejection and the bonus occur: A takes every value 0..3 with positive probability.
@@ -69,8 +72,8 @@ def test_stop_fixture_pads_stopped_sequences_in_both_joints(named: list[FixtureE
 
 
 def test_worked_examples(named: list[FixtureEnumeration]) -> None:
-    three = next(r for r in named if "0x03E" in r.name)
-    summary = next(r for r in named if "003" in r.name)
+    three = next(r for r in named if "contract#worked-coupling" in r.name)
+    summary = next(r for r in named if "contract#worked-round" in r.name)
     checks = three_symbol_checks(three) + summary_checks(summary)
     assert [c.check for c in checks if not c.passed] == []
     assert summary.emitted_pmf == pytest.approx({1: 0.4, 2: 0.24, 3: 0.36}, abs=1e-12)

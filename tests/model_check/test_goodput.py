@@ -1,4 +1,7 @@
-"""Choosing K under declared profiles and costs (0x05C, 0x05E, 0x05F), and the refused declarations."""
+"""Choosing K under declared profiles and costs, and the refused declarations.
+
+Contract: contract#time-ledger, contract#acceptance-profiles, contract#temporary-rows.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The speedup ledger's formulas (0x05A-0x05D) and the worked numbers of the 003 summary."""
+"""The speedup ledger's formulas (contract#speedup-ledger) and the worked numbers of contract#worked-round."""
 
 from __future__ import annotations
 

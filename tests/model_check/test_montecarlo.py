@@ -1,4 +1,4 @@
-"""Seeded Monte Carlo through the real `decide` (0x04I; INV-3 RNG accounting)."""
+"""Seeded Monte Carlo through the real `decide` (contract#monte-carlo; INV-3 RNG accounting)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def test_monte_carlo_rejects_a_wrong_sampler(exact: list[FixtureEnumeration]) ->
         accept, terminal = round_uniforms(batch)
         return wrong_bonus(batch, accept, terminal)
 
-    result = next(r for r in exact if "0x04G" in r.name)
+    result = next(r for r in exact if "contract#oracle" in r.name)
     with single_threaded():
         mc = run_monte_carlo(
             result.tables,

@@ -13,7 +13,7 @@ import specround.sampling.exact as exact
 from specround.model_check.mutants import MODEL_MUTATIONS, MUTATIONS, Mutation, Seam, mutation_named
 from specround.model_check.mutation_lab import CHECKS, LabReport, prepare, run_checks_once, run_lab
 
-# The failure classes the lab must hold (0x07), each by the mutation that implements it.
+# The failure classes the lab must hold (contract#failure-lab), each by the mutation that implements it.
 FAILURE_CLASSES = {
     "shifted logit row (off by one)": "shifted logit row",
     "continuing acceptance after the first rejection": "continue after rejection",

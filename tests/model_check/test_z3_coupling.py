@@ -1,5 +1,5 @@
-"""The z3 coupling definitions on the specification's worked examples, the quick lemma proofs, and wrong
-couplings that the same proof shapes must refute (0x03, 0x07)."""
+"""The z3 coupling definitions on the contract's worked examples, the quick lemma proofs, and wrong
+couplings that the same proof shapes must refute (contract#sampler-law, contract#failure-lab)."""
 
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ def test_three_symbol_summary_example() -> None:
 
 
 def test_tiny_vocabulary_coupling_matrix() -> None:
-    # 0x03E: p(A) = 0.30, q(A) = 0.60 -> accept A with 0.5; residual excess B 0.25, C 0.05 -> Z = 0.30,
-    # p'(B) = 0.833.., p'(C) = 0.166..; the diagonal of the coupling matrix sums to 0.70.
+    # contract#worked-coupling: p(A) = 0.30, q(A) = 0.60 -> accept A with 0.5; residual excess B 0.25, C 0.05
+    # -> Z = 0.30, p'(B) = 0.833.., p'(C) = 0.166..; the diagonal of the coupling matrix sums to 0.70.
     c = one_token_coupling(rows(["0.30", "0.45", "0.25"]), rows(["0.60", "0.20", "0.20"]))
     assert value(c.accept[0]) == Fraction(1, 2)
     assert value(c.rejection) == Fraction(3, 10)
@@ -58,7 +58,7 @@ def test_tiny_vocabulary_coupling_matrix() -> None:
 
 
 def test_unproposed_event_never_evaluates_its_ratio() -> None:
-    # 0x03D: q(x) = 0 -> acceptance 0 by definition (never used), no division by zero.
+    # contract#degenerate-cases: q(x) = 0 -> acceptance 0 by definition (never used), no division by zero.
     assert value(accept_probability(z3.RealVal("0.4"), z3.RealVal(0))) == 0
 
 
@@ -105,7 +105,7 @@ def _wrong_one_token(size: int, variant: str) -> Obligation:
 
 @pytest.mark.parametrize("variant", ["correction_from_p", "swapped_ratio"])
 def test_wrong_one_token_couplings_are_refuted(variant: str) -> None:
-    # 0x03C: sampling the correction from p, or accepting with min(1, q/p), breaks Y ~ p.
+    # contract#positive-residual: sampling the correction from p, or accepting with min(1, q/p), breaks Y ~ p.
     result = run_proof(
         Proof(variant, (), ProofKind.REFUTABLE, partial(_wrong_one_token, 3, variant), "wrong coupling")
     )
@@ -129,7 +129,8 @@ def _prefix_with_correction_from_p(drafts: int) -> Obligation:
 
 
 def test_prefix_joint_with_correction_from_p_is_refuted() -> None:
-    # 0x07 "correction from p": the round no longer reproduces the target joint over the horizon.
+    # contract#failure-lab "correction from p": the round no longer reproduces the target joint over the
+    # horizon.
     result = run_proof(
         Proof("p-correction", (), ProofKind.REFUTABLE, partial(_prefix_with_correction_from_p, 1), "")
     )

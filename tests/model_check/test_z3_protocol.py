@@ -1,4 +1,4 @@
-"""The z3 round relation against hand-computed concrete rounds (0x06 traces), and its input validation.
+"""The z3 round relation against hand-computed rounds (contract#kv-commit traces), and its input validation.
 
 Each case builds a concrete before-state, round inputs and the after-state worked out by hand from the
 specification, checks that the relation accepts it, and checks that the relation rejects the after-states
@@ -97,7 +97,7 @@ def check(layout: Layout, pre: S, inputs: RoundInputs, post: S, max_new: int = 1
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_partial_acceptance_commits_frontier_and_accepted_rows_only(layout: Layout) -> None:
-    # 0x06 toy trace: K = 4, A = 2, d_3 rejected, correction 30. INV-1, INV-3, INV-4, INV-5.
+    # contract#kv-commit toy trace: K = 4, A = 2, d_3 rejected, correction 30. INV-1, INV-3, INV-4, INV-5.
     pre = S()
     inputs = round_inputs(pre, (20, 21, 22, 23), accepted=2, terminal=30)
     good = S(
@@ -131,7 +131,8 @@ def test_zero_acceptance_still_commits_the_frontier_row(layout: Layout) -> None:
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_full_acceptance_emits_the_bonus(layout: Layout) -> None:
-    # 0x06 "full acceptance, no stop": growth 4, three accepted rows (+ the frontier row), bonus pending.
+    # contract#kv-commit "full acceptance, no stop": growth 4, three accepted rows (+ the frontier row), bonus
+    # pending.
     pre = S()
     inputs = round_inputs(pre, (20, 21, 22), accepted=3, terminal=50)
     post = S(
@@ -144,7 +145,8 @@ def test_full_acceptance_emits_the_bonus(layout: Layout) -> None:
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_eos_inside_the_accepted_prefix_truncates_without_a_terminal_draw(layout: Layout) -> None:
-    # 0x06 "EOS at d_2": output append [d_1, EOS]; two reached tests, no terminal draw; finished.
+    # contract#kv-commit "EOS at d_2": output append [d_1, EOS]; two reached tests, no terminal draw;
+    # finished.
     pre = S()
     inputs = round_inputs(pre, (20, EOS, 22), accepted=3, terminal=50)
     post = S(
@@ -164,7 +166,8 @@ def test_eos_inside_the_accepted_prefix_truncates_without_a_terminal_draw(layout
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_length_cap_inside_the_prefix(layout: Layout) -> None:
-    # 0x06 "length cap after d_3": budget 3, A = 3 = k; append [d_1, d_2, d_3], no terminal draw.
+    # contract#kv-commit "length cap after d_3": budget 3, A = 3 = k; append [d_1, d_2, d_3], no terminal
+    # draw.
     pre = S()
     inputs = round_inputs(pre, (20, 21, 22), accepted=3, terminal=50)
     post = S(
@@ -230,7 +233,8 @@ def test_finished_request_gets_no_round() -> None:
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_misreported_branch_rows_abort_the_round(layout: Layout) -> None:
-    # A stale retained/replayed frontier row (token 99 instead of F = 12) fails staging validation (0x06C).
+    # A stale retained/replayed frontier row (token 99 instead of F = 12) fails staging validation
+    # (contract#staging).
     pre = S()
     inputs = round_inputs(pre, (20, 21), 1, 30, rows=(99, 20, 21))
     assert check(layout, pre, inputs, pre)

@@ -125,7 +125,7 @@ def test_fold_matches_the_model_check_ledger_estimate(sql_log: SqlEventLog) -> N
     assert data.mean_time_per_token_ratio == pytest.approx(estimate.mean_time_per_token_ratio, rel=1e-9)
     assert data.rounds == 900 and data.emitted == sum(r.emitted for r in rows)
     assert sum(data.terminals.values()) == 900
-    # The synthetic profile is front-loaded: alpha_j^reach falls with j (0x05E).
+    # The synthetic profile is front-loaded: alpha_j^reach falls with j (contract#acceptance-profiles).
     rates = [p.rate for p in data.positions]
     assert all(a is not None and b is not None and a > b for a, b in itertools.pairwise(rates))
 

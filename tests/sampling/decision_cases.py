@@ -127,7 +127,8 @@ def _valid_case(index: int) -> Case:
         lens.append(k)
         q_rows.append(draft)
         rows = torch.tensor(target, dtype=torch.float64).div_(UNIT).to(dtype)  # [K+1, V]
-        # The layout only changes how the rows reach the sampler (0x04D): same logical tuple either way.
+        # The layout only changes how the rows reach the sampler (contract#logical-tuple): same logical tuple
+        # either way.
         if layout is Layout.REPLAY_FRONTIER:
             verification = extract_verification(layout, rows, list(range(k_max + 1)), k_max)
         else:

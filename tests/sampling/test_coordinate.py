@@ -1,5 +1,8 @@
-"""The round coordinate (0x01A, 0x01C, 0x01D): every field is bound into the digest, and a proposal or
-verification computed under a coordinate that differs in any one field is refused."""
+"""The round coordinate: every field is bound into the digest, and a proposal or verification
+computed under a coordinate that differs in any one field is refused.
+
+Contract: contract#round-coordinate, contract#layout-snapshot, contract#stale-coordinate.
+"""
 
 from __future__ import annotations
 
@@ -19,11 +22,11 @@ from specround.sampling.coordinate import (
 from specround.sampling.processors import sampling_chain
 from specround.sampling.types import Layout
 
-CONDITIONING = [1, 4, 7, 9, 3, 12]  # 0x01C
+CONDITIONING = [1, 4, 7, 9, 3, 12]  # contract#layout-snapshot
 
 
 def snapshot() -> RoundCoordinate:
-    """The worked snapshot of 0x01C as a coordinate."""
+    """The worked snapshot of contract#layout-snapshot as a coordinate."""
     return RoundCoordinate(
         request_id="req-1",
         target_model_id="target@sha256:aa",

@@ -1,7 +1,9 @@
-"""Hand-computed decisions of the exact sampler (0x03-0x03H, 0x05B, 0x06D): thresholds, corrections, bonus
+"""Hand-computed decisions of the exact sampler: thresholds, corrections, bonus
 rows with ragged draft lengths, stops and length caps, k = 0, and the RNG accounting of INV-2 / INV-3.
 
 ``make_batch`` here is shared by the other ``test_exact*`` modules.
+
+Contract: contract#sampler-law, contract#round-progress, contract#reached-events.
 """
 
 from __future__ import annotations
@@ -71,8 +73,9 @@ def row_of(decision: SamplerDecision, b: int) -> dict[str, object]:
     }
 
 
-# The 0x03E vocabulary: drafted A with p(A) = 0.30, q(A) = 0.60 accepts with probability 0.5; the residual is
-# [0, 0.25, 0.05] with Z = 0.30, so a correction is B with probability 0.833 and C with 0.167.
+# The vocabulary of contract#worked-coupling: drafted A with p(A) = 0.30, q(A) = 0.60 accepts with probability
+# 0.5; the residual is [0, 0.25, 0.05] with Z = 0.30, so a correction is B with probability 0.833 and C with
+# 0.167.
 P_03E = torch.tensor([0.30, 0.45, 0.25], dtype=F64)
 Q_03E = torch.tensor([0.60, 0.20, 0.20], dtype=F64)
 TOKEN_A, TOKEN_B, TOKEN_C = 0, 1, 2
@@ -92,7 +95,7 @@ def decide_with(
 
 class TestAcceptancePredicate:
     def test_threshold_is_strict_at_p_over_q(self) -> None:
-        # 0x03E: a(A) = 0.30 / 0.60 = 0.5 exactly; accept iff u < 0.5.
+        # contract#worked-coupling: a(A) = 0.30 / 0.60 = 0.5 exactly; accept iff u < 0.5.
         assert bool(accepts(torch.tensor(0.4999999), torch.tensor(0.3), torch.tensor(0.6)))
         assert not bool(
             accepts(torch.tensor(0.5, dtype=F64), torch.tensor(0.3, dtype=F64), torch.tensor(0.6, dtype=F64))

@@ -264,7 +264,7 @@ class TestAuditRederivation:
             assert float(decision.terminal_uniform[b]) == float(terminal_u[b])
 
     def test_terminal_mass_clamps_tiny_negative_residuals(self) -> None:
-        # p(1) - q(1) = -2**-54 is rounding residue (0x03D): clamped to exactly zero.
+        # p(1) - q(1) = -2**-54 is rounding residue (contract#degenerate-cases): clamped to exactly zero.
         p = torch.tensor([[0.5, 0.5 - 2**-54, 2**-54]], dtype=F64)
         q = torch.tensor([[0.25, 0.5, 0.25]], dtype=F64)
         assert float(p[0, 1] - q[0, 1]) < 0

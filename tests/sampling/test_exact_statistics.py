@@ -1,5 +1,5 @@
-"""Distributional checks of the exact sampler: the 003 worked example, greedy equivalence, p == q, degenerate
-residuals, and float32/float64 agreement.
+"""Distributional checks of the exact sampler: the worked round (contract#worked-round), greedy equivalence,
+p == q, degenerate residuals, and float32/float64 agreement.
 
 Statistical tests use fixed seeds (Philox seeds ``offset + b``; drafts from a seeded ``torch.Generator``), so
 they are deterministic; the stated levels say how unlikely a failure would be for a correct sampler with
@@ -19,7 +19,7 @@ F64 = torch.float64
 # Chi-square critical values at level 0.001 (upper tail), from the standard table.
 CHI2_CRITICAL_0_001 = {1: 10.828, 2: 13.816, 3: 16.266}
 
-# The 003 example: target p, draft q over symbols A/B/C.
+# The worked round (contract#worked-round): target p, draft q over symbols A/B/C.
 P_003 = torch.tensor([0.6, 0.3, 0.1], dtype=F64)
 Q_003 = torch.tensor([0.2, 0.3, 0.5], dtype=F64)
 
@@ -46,9 +46,9 @@ class TestWorkedExample003:
     BONUS = torch.tensor([0.1, 0.2, 0.7], dtype=F64)
 
     def test_first_token_follows_the_target(self) -> None:
-        # Output of one position ~ p = [0.6, 0.3, 0.1] (0x03C): chi-square, 2 degrees of freedom, level 0.001.
-        # Power: a correction drawn from p instead of the residual gives [0.44, 0.42, 0.14], a statistic of
-        # about 2100 at N = 20000; from q, about 5000. Both far beyond 13.8.
+        # Output of one position ~ p = [0.6, 0.3, 0.1] (contract#positive-residual): chi-square, 2 degrees of
+        # freedom, level 0.001. Power: a correction drawn from p instead of the residual gives [0.44, 0.42,
+        # 0.14], a statistic of about 2100 at N = 20000; from q, about 5000. Both far beyond 13.8.
         decision = decide(example_batch(self.N, 1, self.BONUS, seed=1, seed_offset=10_000))
         first = decision.output_ids[:, 0]
         counts = torch.bincount(first, minlength=3)
@@ -81,9 +81,9 @@ class TestWorkedExample003:
         assert chi_square(counts, self.BONUS) < CHI2_CRITICAL_0_001[2], counts
 
     def test_output_counts_of_the_iid_scenario(self) -> None:
-        # 003: gamma = 2 with acceptance 0.6 at both positions: output counts 1, 2, 3 with probabilities
-        # 0.4, 0.24, 0.36 and E = 1.96. Chi-square, 2 dof, level 0.001. Power: continuing after a rejection
-        # or a bonus-less round shifts these by tens of percent (statistic in the thousands).
+        # contract#worked-round: gamma = 2 with acceptance 0.6 at both positions: output counts 1, 2, 3 with
+        # probabilities 0.4, 0.24, 0.36 and E = 1.96. Chi-square, 2 dof, level 0.001. Power: continuing after
+        # a rejection or a bonus-less round shifts these by tens of percent (statistic in the thousands).
         decision = decide(example_batch(self.N, 2, self.BONUS, seed=4, seed_offset=130_000))
         counts = torch.bincount(decision.emitted - 1, minlength=3)
         expected = torch.tensor([0.4, 0.24, 0.36], dtype=F64)
@@ -105,7 +105,8 @@ def toy_draft(prefix: list[int], vocab: int) -> int:
 
 class TestGreedy:
     def test_one_hot_rows_reproduce_greedy_decoding(self) -> None:
-        # 0x06J / DESIGN §5: one-hot p and q (greedy processors) give exactly the serial greedy tokens.
+        # contract#processed-rows: one-hot p and q (greedy processors) give exactly the serial
+        # greedy tokens.
         vocab, k_max, n_requests = 11, 4, 40
         gen = torch.Generator().manual_seed(9)
         prefixes = [torch.randint(0, vocab, (3,), generator=gen).tolist() for _ in range(n_requests)]

@@ -1,4 +1,7 @@
-"""Verification layouts (0x01B, 0x01C, 0x04A–0x04E): inputs, extraction and visibility."""
+"""Verification layouts: inputs, extraction and visibility.
+
+Contract: contract#frontier-layouts, contract#layout-snapshot, contract#verification.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from specround.sampling.layouts import (
 from specround.sampling.types import Layout
 
 VOCAB = 16
-CONDITIONING = [1, 4, 7, 9, 3, 12]  # 0x01C: T = 6, frontier 12 at position 5
+CONDITIONING = [1, 4, 7, 9, 3, 12]  # contract#layout-snapshot: T = 6, frontier 12 at position 5
 DRAFTS = [8, 6, 2]
 
 
@@ -35,7 +38,7 @@ def target_row(prefix: list[int]) -> torch.Tensor:
 
 
 def run_target(layout: Layout) -> tuple[torch.Tensor, list[tuple[int, int]], torch.Tensor | None]:
-    """Compile one verification call of the 0x01C snapshot under ``layout`` and run the stand-in."""
+    """Compile one verification call of the snapshot (contract#layout-snapshot) under ``layout``; run it."""
     inputs = verification_inputs(layout, CONDITIONING[-1], DRAFTS, start_position=len(CONDITIONING) - 1)
     committed = CONDITIONING[: inputs.positions[0]]  # the cache precondition of the layout
     logits = torch.stack(
@@ -74,7 +77,7 @@ def test_the_one_decision_and_what_derives_from_it() -> None:
 
 
 def test_worked_snapshot_commit_after_two_accepts() -> None:
-    """0x01C: A = 2, correction 11 — commit K/V of positions 5..7, discard 8, 11 stays the frontier."""
+    """contract#layout-snapshot: A = 2, correction 11: commit positions 5..7, discard 8, 11 is F."""
     logits, new_kv, _ = run_target(Layout.REPLAY_FRONTIER)
     v = extract_verification(Layout.REPLAY_FRONTIER, logits, new_kv, k=3)
     accepted = 2
@@ -90,7 +93,7 @@ def test_worked_snapshot_commit_after_two_accepts() -> None:
 
 
 def test_both_layouts_extract_the_same_logical_tuple() -> None:
-    """0x04D: ([p_1..p_K], p_{K+1}, [KV(d_1)..KV(d_K)]) whatever the layout."""
+    """contract#logical-tuple: ([p_1..p_K], p_{K+1}, [KV(d_1)..KV(d_K)]) whatever the layout."""
     replay_logits, replay_kv, _ = run_target(Layout.REPLAY_FRONTIER)
     retained_logits, retained_kv, p1 = run_target(Layout.RETAINED_FRONTIER)
     a = extract_verification("replay_frontier", replay_logits, replay_kv, k=3)
@@ -181,7 +184,7 @@ def test_replay_mask_sees_the_frontier_once() -> None:
 
 
 def test_packed_requests_do_not_see_each_other() -> None:
-    """0x04E: request A at positions 3..5 and B at 8..9, packed into one call."""
+    """contract#packed-requests: request A at positions 3..5 and B at 8..9, packed into one call."""
     query_requests = [0, 0, 0, 1, 1]
     query_positions = [3, 4, 5, 8, 9]
     key_requests = [0] * 6 + [1] * 10  # A: past 0..2 + new 3..5; B: past 0..7 + new 8..9

@@ -1,5 +1,5 @@
-"""The processor chain: rows per logical prefix (0x04F, 0x06J), state over published tokens (0x06D),
-canonical digests, specs, and refusals."""
+"""The processor chain: rows per logical prefix (contract#processed-rows), state over published tokens
+(contract#reached-events), canonical digests, specs, and refusals."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def _allows(p: LogitProcessor, token: int) -> bool:
 def test_rows_along_equals_processing_each_row_at_its_own_prefix(
     softmax: SoftmaxBackend, dtype: torch.dtype
 ) -> None:
-    """0x04F: each p_i is produced at its own logical history, not once over a K x V matrix."""
+    """contract#processed-rows: each p_i is computed at its own logical history, not over a K x V matrix."""
     rng = random.Random(11)
     for trial in range(25):
         chain = random_chain(rng, softmax)

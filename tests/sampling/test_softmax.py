@@ -1,4 +1,6 @@
-"""Parity of the two softmax backends (0x04J) and their handling of masks, large logits and dtypes.
+"""Parity of the two softmax backends and their handling of masks, large logits and dtypes.
+
+Contract: contract#backend-parity.
 
 Tolerance. Both backends compute ``p_i = exp(x_i - m) / l`` with the same exact row maximum ``m`` (a max
 is exact) and the same rounded argument ``x_i - m``, so the numerators differ only by the exp

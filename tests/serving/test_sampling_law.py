@@ -1,4 +1,6 @@
-"""Speculation through the serving loop samples the target's law (0x03, 0x04H/0x04I), on the tiny model.
+"""Speculation through the serving loop samples the target's law, on the tiny model.
+
+Contract: contract#sampler-law, contract#exact-enumeration, contract#monte-carlo.
 
 For every proposer (n-gram lookup, early exit, a separate draft model) and both layouts, the first K + 2
 generated tokens of many requests are compared with the exact target joint, computed by enumerating the

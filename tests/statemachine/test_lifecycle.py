@@ -1,4 +1,4 @@
-"""The lifecycle table and the long-lived machine built from it (0x06A)."""
+"""The lifecycle table and the long-lived machine built from it (contract#round-transaction)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The 0x06F acceptance log read back from the event log, and ``specround log``."""
+"""The acceptance log (contract#acceptance-log) read back from the event log, and ``specround log``."""
 
 from __future__ import annotations
 

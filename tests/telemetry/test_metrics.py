@@ -123,7 +123,7 @@ def test_scraped_metrics_match_the_event_log(tiny: LlamaBundle) -> None:
     tpot_sum = value(samples, f"{p}time_per_output_token_seconds_sum", speculation="on") + value(
         samples, f"{p}time_per_output_token_seconds_sum", speculation="off"
     )
-    assert tpot_sum == pytest.approx(total_s, rel=1e-6)  # sum/count is sum T / sum G (0x05C)
+    assert tpot_sum == pytest.approx(total_s, rel=1e-6)  # sum/count is sum T / sum G (contract#time-ledger)
     assert value(samples, f"{p}round_verify_seconds_count") == len(rows)
     assert value(samples, f"{p}round_verify_seconds_sum") == pytest.approx(sum(r.verify_s or 0 for r in rows))
 

@@ -4,8 +4,8 @@ The forward takes *flat* rows (``Q`` tokens of possibly several requests, each w
 and an :class:`AttentionRows` object that owns where keys and values live: it stores each layer's new K/V
 rows and returns the key/value rows every query may read, with the boolean visibility mask
 ``[Q, Kv]``. Grouped-query attention runs through ``scaled_dot_product_attention`` with that explicit mask,
-never a bare ``is_causal`` (0x04C). Passing ``num_layers`` runs only the first layers, then the final norm
-and the head (early exit for self-speculation).
+never a bare ``is_causal`` (contract#visibility). Passing ``num_layers`` runs only the first layers, then the
+final norm and the head (early exit for self-speculation).
 """
 
 from __future__ import annotations

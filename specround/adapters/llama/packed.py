@@ -1,4 +1,6 @@
-"""Packed attention rows: the new rows of several requests in one forward (0x04C, 0x04E).
+"""Packed attention rows: the new rows of several requests in one forward.
+
+Contract: contract#visibility, contract#packed-requests.
 
 Queries are the concatenated new rows; the keys of request ``s`` are its stored rows ``[0, start_s + n_s)``
 (committed rows, a retained frontier if any, then its new rows), concatenated request after request. Query

@@ -1,4 +1,6 @@
-"""The one registry of mutations: every failure class of 0x07 as wrong variants of real functions.
+"""The one registry of mutations: every failure class as wrong variants of real functions.
+
+Contract: contract#failure-lab.
 
 Each mutation is declared once, as a :class:`~.base.Mutation` (name, failure class, the invariants it
 breaks, and the functions it patches, by reference). One module per family: :mod:`.sampler` (decisions,

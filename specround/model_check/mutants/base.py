@@ -98,7 +98,7 @@ def _counted(replacement: Any, reach: Reach, name: str) -> Any:
 
 @dataclass(frozen=True)
 class Mutation:
-    """A named failure class of 0x07 as wrong variants of functions on the real code path."""
+    """A named failure class of contract#failure-lab as wrong variants of functions on the real code path."""
 
     name: str
     family: str

@@ -1,4 +1,4 @@
-"""Deliberately wrong decision functions, each a thin wrapper around the real sampler (0x07 failure classes).
+"""Deliberately wrong decision functions, each a thin wrapper around the real sampler (contract#failure-lab).
 
 The sampler mutations of :mod:`.sampler` route every decision of the code path through one of these (see
 :func:`~.sampler.decision_seams`); Monte Carlo uses one as its stated alternative law. Every function calls

@@ -1,4 +1,6 @@
-"""K/V failure classes (0x06B, 0x06C, 0x07): the model adapter keeps the wrong rows.
+"""K/V failure classes: the model adapter keeps the wrong rows.
+
+Contract: contract#terminal-paths, contract#staging, contract#failure-lab.
 
 The seams are methods of :class:`~specround.adapters.llama.LlamaTarget`, the adapter that executes the
 controller's K/V instruction; each wrong variant calls the real method. They leave the controller's
@@ -95,7 +97,7 @@ KV_MUTATIONS = (
         "rejected draft K/V committed",
         "K/V",
         "the adapter commits the rejected draft's row along with [F] + the accepted drafts",
-        ("INV-5", "INV-1", "0x06C"),
+        ("INV-5", "INV-1", "contract#staging"),
         (Seam(LlamaTarget, LlamaTarget.commit, _commit_rejected_row),),
     ),
     Mutation(
@@ -103,7 +105,7 @@ KV_MUTATIONS = (
         "K/V",
         "under retained_frontier the correction token is given the row the rejected draft left at its "
         "position (same shape, wrong token) instead of a row of its own",
-        ("INV-5", "0x06C"),
+        ("INV-5", "contract#staging"),
         (
             Seam(LlamaTarget, LlamaTarget.verify, _remember_logits),
             Seam(LlamaTarget, LlamaTarget.commit, _note_rejected_row),
@@ -114,7 +116,7 @@ KV_MUTATIONS = (
         "frontier row duplicated",
         "K/V",
         "replay_frontier verification replays the frontier into a cache that already holds its row",
-        ("INV-5", "INV-1", "0x06C"),
+        ("INV-5", "INV-1", "contract#staging"),
         (Seam(LlamaTarget, LlamaTarget.verify, _replay_over_committed_frontier),),
     ),
 )

@@ -1,4 +1,6 @@
-"""Mutations of the z3 model (0x07): wrong variants of its rules, each refuted by the proof it names.
+"""Mutations of the z3 model: wrong variants of its rules, each refuted by the proof it names.
+
+Contract: contract#failure-lab.
 
 The seams are the rules of :mod:`specround.model_check.z3.rules` where :mod:`~specround.model_check.z3.
 transition` binds them (by identity, as for the code path); each wrong variant is built from the original
@@ -222,7 +224,7 @@ MODEL_MUTATIONS = (
         "INV-5",
         Seam(transition, rules.commit_plan, _retained_skips_frontier_row),
         refuted_by="protocol.layout_equivalence",
-        sections=("0x06C",),
+        sections=("contract#staging",),
     ),
 )
 """Every mutation of the z3 model, each refuted by the proof it names (``protocol.mutant.*``)."""

@@ -1,4 +1,6 @@
-"""Processor and proposal-row failure classes (0x03D, 0x06D, 0x06J, 0x07).
+"""Processor and proposal-row failure classes.
+
+Contract: contract#degenerate-cases, contract#reached-events, contract#processed-rows, contract#failure-lab.
 
 * G advanced over a rejected draft: the controller's staging advances the processor state over the round's
   first discarded draft before the emitted tokens (seams: the step's ``stage_kv``, which names the
@@ -92,7 +94,7 @@ PROCESSOR_MUTATIONS = (
         "processors",
         "the staged processor state G_1 is G_0 advanced over the rejected (first discarded) draft as well "
         "as the emitted tokens",
-        ("INV-4", "0x06D"),
+        ("INV-4", "contract#reached-events"),
         (
             Seam(step_module, stage_kv, _note_discarded),
             Seam(step_module, stage_successor, _advance_over_discarded),
@@ -102,7 +104,7 @@ PROCESSOR_MUTATIONS = (
         "penalties over the last token only",
         "processors",
         "repetition/frequency/presence penalties count only the most recent token",
-        ("INV-4", "0x06J"),
+        ("INV-4", "contract#processed-rows"),
         (Seam(TokenCountPenalty, TokenCountPenalty.advance, _last_token_only),),
     ),
     Mutation(
@@ -110,7 +112,7 @@ PROCESSOR_MUTATIONS = (
         "processors",
         "drafts are sampled from the processed q row, but q = softmax(raw draft logits) is handed to the "
         "controller",
-        ("INV-10", "0x03D", "0x06J"),
+        ("INV-10", "contract#degenerate-cases", "contract#processed-rows"),
         (
             Seam(ModelProposer, ModelProposer._step, _remember_raw_logits),
             Seam(ModelProposer, ModelProposer.propose, _raw_q_rows),

@@ -1,4 +1,6 @@
-"""Publication failure classes (0x06E, INV-6): the log's compare-and-swap or idempotence is missing.
+"""Publication failure classes: the log's compare-and-swap or idempotence is missing.
+
+Contract: contract#fenced-publication, INV-6.
 
 The seam is :meth:`MemoryEventLog.publish <specround.adapters.memory_log.MemoryEventLog.publish>`; the wrong
 variant moves what the real fence compares against (the head's generation, the record of published round
@@ -53,14 +55,14 @@ PUBLICATION_MUTATIONS = (
         "publication without the generation fence",
         "publication",
         "a round prepared at a stale generation is appended instead of refused",
-        ("INV-6", "0x06E"),
+        ("INV-6", "contract#fenced-publication"),
         (Seam(MemoryEventLog, MemoryEventLog.publish, _no_fence),),
     ),
     Mutation(
         "double publish appends twice",
         "publication",
         "publishing the same transaction again appends it a second time instead of acknowledging it",
-        ("INV-6", "0x06E"),
+        ("INV-6", "contract#fenced-publication"),
         (Seam(MemoryEventLog, MemoryEventLog.publish, _append_twice),),
     ),
 )

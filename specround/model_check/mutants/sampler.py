@@ -1,4 +1,6 @@
-"""Sampler failure classes (0x03C-0x03H, 0x07): wrong decisions built around the real sampler.
+"""Sampler failure classes: wrong decisions built around the real sampler.
+
+Contract: contract#sampler-law, contract#failure-lab.
 
 Two kinds of seams:
 
@@ -191,7 +193,7 @@ SHIFTED_LOGIT_ROW = Mutation(
     "shifted logit row",
     "sampler",
     "draft i is verified against p_{i+1}, the next position's target row (off by one)",
-    ("INV-10", "0x03F", "0x07"),
+    ("INV-10", "contract#prefix-induction", "contract#failure-lab"),
     decision_seams(decision_mutations.shifted_p_row),
 )
 """Off-by-one target rows."""
@@ -201,7 +203,7 @@ CONTINUE_AFTER_REJECTION = Mutation(
     "sampler",
     "after the first rejection the round keeps testing the stale drafts against rows conditioned on "
     "the rejected token",
-    ("INV-2", "INV-10", "0x03G"),
+    ("INV-2", "INV-10", "contract#first-rejection-stops"),
     decision_seams(decision_mutations.continue_after_rejection),
 )
 """Acceptance tests continue past the first rejection."""
@@ -210,7 +212,7 @@ BONUS_FROM_Q = Mutation(
     "bonus from q",
     "sampler",
     "the all-accepted branch draws its bonus from the drafter's row q_K instead of p_{K+1}",
-    ("INV-10", "0x03H"),
+    ("INV-10", "contract#bonus-token"),
     decision_seams(decision_mutations.bonus_from_q),
 )
 """The bonus drawn from the drafter's row."""
@@ -219,7 +221,7 @@ CORRECTION_FROM_P = Mutation(
     "correction from p",
     "sampler",
     "after a rejection the token is drawn from p_{A+1} instead of the normalised residual",
-    ("INV-10", "0x03C"),
+    ("INV-10", "contract#positive-residual"),
     decision_seams(decision_mutations.correction_from_p),
 )
 """The correction drawn from the target row instead of the residual."""
@@ -232,7 +234,7 @@ SAMPLER_MUTATIONS = (
         "bonus from a stale row",
         "sampler",
         "the bonus is drawn from p_K (conditioned before d_K) instead of p_{K+1}",
-        ("INV-10", "0x03H"),
+        ("INV-10", "contract#bonus-token"),
         decision_seams(bonus_from_stale_row),
     ),
     CORRECTION_FROM_P,
@@ -240,14 +242,14 @@ SAMPLER_MUTATIONS = (
         "residual not renormalised",
         "sampler",
         "the correction's inverse CDF compares u with the unnormalised residual's cumulative mass",
-        ("INV-10", "0x03C", "0x03D"),
+        ("INV-10", "contract#positive-residual", "contract#degenerate-cases"),
         (Seam(exact_module, search_host, _unnormalised_search),),
     ),
     Mutation(
         "q = 0 proposal accepted",
         "sampler",
         "a draft with q(d) = 0 is not refused; its ratio p/0 = inf accepts it",
-        ("INV-7", "0x03D"),
+        ("INV-7", "contract#degenerate-cases"),
         (Seam(exact_module, check_draft_values, _zero_q_passes),),
     ),
 )
@@ -300,7 +302,7 @@ STOPS_IGNORED = Mutation(
     "stop inside the prefix ignored",
     "stops and RNG",
     "a stop token inside the accepted prefix does not end the request",
-    ("INV-2", "0x05B"),
+    ("INV-2", "contract#round-progress"),
     decision_seams(decision_mutations.stops_ignored),
 )
 """A stop token inside the accepted prefix ignored."""
@@ -310,7 +312,7 @@ STOP_MUTATIONS = (
         "extra RNG draw after a stop",
         "stops and RNG",
         "a stop inside the accepted prefix still counts the next acceptance test as reached",
-        ("INV-3", "0x06D"),
+        ("INV-3", "contract#reached-events"),
         decision_seams(extra_draw_after_stop),
     ),
     STOPS_IGNORED,
@@ -319,14 +321,14 @@ STOP_MUTATIONS = (
         "stops and RNG",
         "the request finishes at the stop token, but the accepted drafts after it and the terminal token are "
         "published too",
-        ("INV-2", "0x05B"),
+        ("INV-2", "contract#round-progress"),
         decision_seams(tokens_after_stop),
     ),
     Mutation(
         "bonus counted after an accepted EOS",
         "stops and RNG",
         "when the last accepted draft is EOS, the bonus is still drawn and emitted after it",
-        ("INV-2", "INV-3", "0x03H"),
+        ("INV-2", "INV-3", "contract#bonus-token"),
         decision_seams(bonus_after_accepted_eos),
     ),
     Mutation(
@@ -334,7 +336,7 @@ STOP_MUTATIONS = (
         "stops and RNG",
         "a step draws its uniforms from the first request's seed, each request at an offset given by its "
         "batch position (the law per request is intact; reproducibility is not)",
-        ("INV-10", "0x04A"),
+        ("INV-10", "contract#verification-shape"),
         (
             Seam(step_module, batch_uniforms, _batch_stream),
             Seam(exact_module, round_uniforms, _batch_round_uniforms),

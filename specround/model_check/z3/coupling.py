@@ -1,10 +1,10 @@
-"""z3 proofs of the coupling (0x03A-0x03H): the one-token coupling (0x03A-0x03D) and the prefix induction.
+"""z3 proofs of the coupling (contract#sampler-law): the one-token coupling and the prefix induction.
 
 Distributions are symbolic z3 reals: ``p`` (target) and ``q`` (proposal) over ``V`` events, non-negative
 and summing to one. The sampler's quantities are written exactly as the algorithm defines them:
 
 * acceptance probability ``a(x) = min(1, p(x)/q(x))`` for a proposed event (``q(x) > 0``; an event with
-  ``q(x) = 0`` is never proposed and its ratio is never evaluated, 0x03D);
+  ``q(x) = 0`` is never proposed and its ratio is never evaluated, contract#degenerate-cases);
 * accepted mass ``m(x) = q(x) a(x)`` and rejected mass ``j(x) = q(x) (1 - a(x))`` of proposal ``x``;
 * rejection probability ``Z = sum_x j(x)``;
 * residual ``r(x) = [p(x) - q(x)]_+ / sum_y [p(y) - q(y)]_+`` when that sum is positive, else 0.
@@ -19,12 +19,14 @@ for the proofs that use it):
 2. ``coupling.tv.vV``: ``Z = sum [p - q]_+ = 1 - sum min(p, q) = TV(p, q) = 1/2 sum |p - q|``.
 3. ``coupling.residual.vV``: when ``Z > 0`` the residual is a distribution supported where ``p > q`` with
    ``Z r = [p - q]_+``; when ``Z = 0`` (e.g. ``p == q``) the correction branch is unreachable.
-4. ``coupling.marginal.vV``: ``m(x) + Z r(x) = p(x)`` at every event (0x03C), so the output has law p.
-5. ``coupling.maximal.vV``: no coupling of (q, p) puts more than ``sum min(p, q)`` on the diagonal (0x03B);
-   ``coupling.attained.vV``: the speculative joint has marginals q and p and attains that bound.
+4. ``coupling.marginal.vV``: ``m(x) + Z r(x) = p(x)`` at every event (contract#positive-residual), so the
+   output has law p.
+5. ``coupling.maximal.vV``: no coupling of (q, p) puts more than ``sum min(p, q)`` on the diagonal
+   (contract#maximal-coupling); ``coupling.attained.vV``: the speculative joint has marginals q and p and
+   attains that bound.
 6. ``coupling.prefix.vV.kK``: with context-dependent rows ``p_h, q_h`` at every prefix ``h``, the
    speculative joint of the first ``K + 1`` output tokens (accepted prefix, correction or bonus, then serial
-   target sampling to the common horizon) equals the target chain product (0x03F-0x03H).
+   target sampling to the common horizon) equals the target chain product (contract#prefix-induction).
 
 Cross-checks without the lemma chain (all definitions inlined) run where z3 decides them quickly:
 ``coupling.direct.vV`` (the marginal identity, V <= 3) and ``coupling.prefix_direct.v2.kK`` (K <= 2, every
@@ -169,7 +171,7 @@ def accept_rule_facts(p: Real, q: Real, a: Real, m: Real, j: Real) -> z3.BoolRef
 
 
 def rejection_facts(p: Row, q: Row, m: Row, excess: Row, z: Real) -> z3.BoolRef:
-    """Lemma 2 (0x03B) for the rejection probability ``z = sum j``.
+    """Lemma 2 (contract#maximal-coupling) for the rejection probability ``z = sum j``.
 
     ``z = sum [p - q]_+ = 1 - sum m = 1 - sum min(p, q) = 1/2 sum |p - q|``, and ``z = 0`` exactly when
     ``p == q``.
@@ -199,7 +201,10 @@ def residual_event_facts(p: Real, q: Real, excess: Real, r: Real, total: Real) -
 
 
 def residual_facts(p: Row, q: Row, excess: Row, r: Row, total: Real) -> z3.BoolRef:
-    """Lemma 3 (0x03C, 0x03D): every event's facts, and ``sum r = 1`` when ``total > 0``."""
+    """Lemma 3: every event's facts, and ``sum r = 1`` when ``total > 0``.
+
+    Contract: contract#positive-residual, contract#degenerate-cases.
+    """
     return z3.And(
         *[residual_event_facts(*cells, total) for cells in zip(p, q, excess, r, strict=True)],
         z3.Implies(total > 0, real_sum(r) == 1),
@@ -207,7 +212,7 @@ def residual_facts(p: Row, q: Row, excess: Row, r: Row, total: Real) -> z3.BoolR
 
 
 def marginal_facts(p: Row, m: Row, r: Row, z: Real) -> z3.BoolRef:
-    """Lemma 4 (0x03C): accepted mass plus rejection probability times residual is ``p`` at every event."""
+    """Lemma 4 (contract#positive-residual): accepted mass plus rejection mass times residual is ``p``."""
     return z3.And(*[mx + z * rx == px for mx, rx, px in zip(m, r, p, strict=True)])
 
 
@@ -502,7 +507,7 @@ def _register_one_token(registry: ProofRegistry, size: int, accept: str) -> None
         f"tv.v{size}",
         _tv,
         size,
-        covers=("0x03B", "0x03D"),
+        covers=("contract#maximal-coupling", "contract#degenerate-cases"),
         description="rejection Z = sum [p-q]_+ = 1 - sum min(p,q) = TV(p,q); Z = 0 iff p == q",
         uses=(accept,),
     )
@@ -510,14 +515,14 @@ def _register_one_token(registry: ProofRegistry, size: int, accept: str) -> None
         f"residual.v{size}",
         _residual,
         size,
-        covers=("0x03C", "0x03D"),
+        covers=("contract#positive-residual", "contract#degenerate-cases"),
         description="[p-q]_+/Zr is a distribution on {p > q} when Zr > 0, and 0 when Zr = 0",
     )
     marginal = registry.add(
         f"marginal.v{size}",
         _marginal,
         size,
-        covers=("0x03C",),
+        covers=("contract#positive-residual",),
         description="min(p,q) + Z * residual = p at every event",
         uses=(accept, tv, residual),
     )
@@ -525,7 +530,7 @@ def _register_one_token(registry: ProofRegistry, size: int, accept: str) -> None
         f"maximal.v{size}",
         _maximal,
         size,
-        covers=("0x03B",),
+        covers=("contract#maximal-coupling",),
         description="every coupling of (q, p) has diagonal mass <= sum min(p,q)",
     )
     attained = (
@@ -543,7 +548,7 @@ def _register_one_token(registry: ProofRegistry, size: int, accept: str) -> None
             _attained,
             size,
             part,
-            covers=("0x03B", "0x03E"),
+            covers=("contract#maximal-coupling", "contract#worked-coupling"),
             description=description,
             uses=uses,
         )
@@ -555,7 +560,7 @@ def coupling_proofs() -> list[Proof]:
     accept = registry.add(
         "accept_rule",
         _accept_rule,
-        covers=("0x03A", "0x03D"),
+        covers=("contract#accept-rule", "contract#degenerate-cases"),
         description="q*min(1,p/q) = min(p,q) and q*(1-a) = [q-p]_+ at one event; a in [0,1]",
     )
     for size in COUPLING_EVENTS:
@@ -565,7 +570,7 @@ def coupling_proofs() -> list[Proof]:
             f"direct.v{size}",
             _direct,
             size,
-            covers=("0x03C",),
+            covers=("contract#positive-residual",),
             description="marginal identity with every definition inlined (no lemma chain)",
         )
     for size in PREFIX_EVENTS:
@@ -575,7 +580,11 @@ def coupling_proofs() -> list[Proof]:
                 _prefix_induction,
                 size,
                 drafts,
-                covers=("0x03F", "0x03G", "0x03H"),
+                covers=(
+                    "contract#prefix-induction",
+                    "contract#first-rejection-stops",
+                    "contract#bonus-token",
+                ),
                 description=f"speculative joint of {drafts + 1} tokens == target chain product",
                 uses=(accept, f"coupling.marginal.v{size}"),
             )
@@ -584,7 +593,7 @@ def coupling_proofs() -> list[Proof]:
             f"prefix_direct.v2.k{drafts}",
             _prefix_direct,
             drafts,
-            covers=("0x03F", "0x03G", "0x03H"),
+            covers=("contract#prefix-induction", "contract#first-rejection-stops", "contract#bonus-token"),
             description="prefix induction with full draft paths and inlined definitions (no lemma chain)",
         )
     return registry.proofs

@@ -121,7 +121,7 @@ def decision_proofs() -> list[Proof]:
     registry.add(
         "accepted_run",
         _accepted_run,
-        covers=("INV-10", "INV-3", "0x03G"),
+        covers=("INV-10", "INV-3", "contract#first-rejection-stops"),
         description="cumprod-sum A equals the first rejection; u < p/q re-derives as u*q < p",
     )
     for size, width in INVERSE_CDF_CASES:
@@ -130,7 +130,7 @@ def decision_proofs() -> list[Proof]:
             inverse_cdf_obligation,
             size,
             width,
-            covers=("INV-10", "0x03D"),
+            covers=("INV-10", "contract#degenerate-cases"),
             description="the two-level inverse-CDF token lies in its logged bracket, has mass, and is unique",
         )
     return registry.proofs

@@ -78,7 +78,7 @@ class Proof:
 
     name: str
     covers: tuple[str, ...]
-    """``INV-n``, ``F-n`` and spec sections (``0x03B``) this proof is evidence for."""
+    """``INV-n``, ``F-n`` and contract sections (``contract#maximal-coupling``) this proof is evidence for."""
     kind: ProofKind
     build: Callable[[], Obligation]
     description: str
@@ -135,7 +135,7 @@ def mutant_proofs(base: Sequence[Proof], mutations: Iterable[Mutation]) -> list[
         proofs.append(
             Proof(
                 name=f"{family}.mutant.{mutation.name.replace(' ', '_')}",
-                covers=(*mutation.violates, "0x07"),
+                covers=(*mutation.violates, "contract#failure-lab"),
                 kind=ProofKind.REFUTABLE,
                 build=partial(_under, mutation, target.build),
                 description=f"{target.name} must refute: {mutation.failure_class}",

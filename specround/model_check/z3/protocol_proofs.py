@@ -159,7 +159,7 @@ def _two_writers(layout: Layout) -> Obligation:
 
 
 def _layout_equivalence() -> Obligation:
-    """Both layouts publish the same successor and acknowledgement from the same state and inputs (0x06C)."""
+    """Both layouts publish one successor and acknowledgement from one state and input (contract#staging)."""
     replay = ProtocolConfig.symbolic(MAX_MODEL_DRAFT, Layout.REPLAY_FRONTIER)
     retained = replace(replay, layout=Layout.RETAINED_FRONTIER)
     pre = ProtocolState.symbolic("pre")
@@ -222,7 +222,9 @@ def _register_steps(registry: ProofRegistry, layout: Layout) -> None:
             _step,
             layout,
             inv,
-            covers=(inv, "0x06A", "0x06C") if inv in ("INV-1", "INV-5") else (inv,),
+            covers=(inv, "contract#round-transaction", "contract#staging")
+            if inv in ("INV-1", "INV-5")
+            else (inv,),
             description=f"INV and T and not {inv}' is unsat (K = {MAX_MODEL_DRAFT})",
         )
     for point in FAULT_POINTS:
@@ -231,7 +233,7 @@ def _register_steps(registry: ProofRegistry, layout: Layout) -> None:
             _fault,
             layout,
             point,
-            covers=("INV-7", point, "0x06E"),
+            covers=("INV-7", point, "contract#fenced-publication"),
             description="a fault here leaves state and log unchanged"
             if point != "F-6"
             else "F-6 publishes the successor but the caller sees no acknowledgement",
@@ -244,7 +246,7 @@ def _register_fencing(registry: ProofRegistry, layout: Layout) -> None:
         f"idempotent_publication.{tag}",
         _idempotent,
         layout,
-        covers=("INV-6", "INV-7", "F-6", "0x06E"),
+        covers=("INV-6", "INV-7", "F-6", "contract#fenced-publication"),
         description="re-publishing the same transaction returns the same successor, appends nothing",
     )
     registry.add(
@@ -297,7 +299,7 @@ def protocol_proofs() -> list[Proof]:
     registry.add(
         "layout_equivalence",
         _layout_equivalence,
-        covers=("INV-5", "0x06C"),
+        covers=("INV-5", "contract#staging"),
         description="both layouts publish the same successor from the same state and inputs",
     )
     return registry.proofs

@@ -1,4 +1,4 @@
-"""The rules one round attempt is made of, each a small function of z3 terms (0x06A-0x06E).
+"""The rules one round attempt is made of, each a small function of z3 terms (contract#transaction).
 
 :func:`~.transition.round_outcome` composes them; nothing else decides these questions. A mutation of the
 model (:data:`specround.model_check.mutants.MODEL_MUTATIONS`) replaces one rule where

@@ -3,8 +3,8 @@
 A :class:`LogitProcessor` maps a batch of logit rows ``[N, V]`` to transformed logits ``[N, V]`` (masking
 with ``-inf``). Stateless processors depend only on their declared parameters; stateful ones (penalties,
 the stop-sequence automaton, the grammar) also hold state that advances over *published* tokens only
-(0x06D): a round clones the request's processors, advances the clone along a draft path to build rows, and
-the successor advances a fresh clone over the emitted tokens.
+(contract#reached-events): a round clones the request's processors, advances the clone along a draft path to
+build rows, and the successor advances a fresh clone over the emitted tokens.
 
 Every processor has a registry ``kind``, JSON-able ``params()`` (declared configuration) and ``state()``
 (empty for stateless ones); together with the order they define the chain's canonical digest.

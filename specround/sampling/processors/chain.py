@@ -2,9 +2,9 @@
 
 A :class:`ProcessorChain` is the request's processor state G. It turns raw logits into processed
 probability rows at its current state (:meth:`ProcessorChain.distribution`), or into the rows of a round
-along a draft path, each at its own logical prefix (:meth:`ProcessorChain.rows_along`, 0x04F, 0x06J), and
-advances over published tokens only (0x06D). Stateless processors are applied to every row of a round at
-once; only stateful ones are evaluated per row.
+along a draft path, each at its own logical prefix (:meth:`ProcessorChain.rows_along`,
+contract#processed-rows), and advances over published tokens only (contract#reached-events). Stateless
+processors are applied to every row of a round at once; only stateful ones are evaluated per row.
 
 Output rows keep the input's float dtype and are distributions over exactly ``vocab_size`` tokens.
 """

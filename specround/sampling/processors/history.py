@@ -1,7 +1,7 @@
 """Processors over the token history: no-repeat n-grams, banned sequences, suppressed tokens, min length.
 
 These follow the transformers logits processors of the same purpose, over the tokens the processor was
-advanced over (the prompt, then published tokens only, 0x06D):
+advanced over (the prompt, then published tokens only, contract#reached-events):
 
 * :class:`NoRepeatNGram` (``no_repeat_ngram_size``): a token that would complete an n-gram already present
   in the history is removed.

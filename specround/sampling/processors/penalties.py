@@ -1,4 +1,4 @@
-"""Stateful penalties over the tokens a processor has been advanced over (published tokens, 0x06D).
+"""Stateful penalties over the tokens a processor was advanced over (published ones, contract#reached-events).
 
 * ``repetition_penalty`` (Hugging Face style): for every seen token, a positive logit is divided by the
   penalty and a non-positive one multiplied by it.
