@@ -17,15 +17,6 @@ SCANNED_DIRS = ("specround", "specs", "docs", "tests")
 SCANNED_FILES = ("README.md", "CONTRIBUTING.md")
 SUFFIXES = {".py", ".md", ".json", ".toml", ".txt", ".ini", ".mako", ".html"}
 
-# Files another change is rewriting right now; their old references are fixed once it lands. Nothing else
-# may be listed here.
-PENDING = {
-    "specround/model_check/conformance.py",
-    "tests/statemachine/test_state_machine.py",
-    "tests/statemachine/_synthetic.py",
-}
-PENDING_DIRS = ("specround/hf/",)
-
 SECTION_CODE = re.compile(r"\b0x0[0-9][0-9A-Z]?\b")
 """A section code such as ``0x06C``, ``0x03`` or ``0x04G`` (not a hex literal like ``0x03707344``)."""
 DESIGN_REF = re.compile(r"DESIGN\s*§|DESIGN\.md")
@@ -47,11 +38,6 @@ def relative(path: Path) -> str:
     return path.relative_to(ROOT).as_posix()
 
 
-def is_pending(name: str) -> bool:
-    """Whether the file is on the explicit list of files still being rewritten elsewhere."""
-    return name in PENDING or name.startswith(PENDING_DIRS)
-
-
 def defined_anchors() -> set[str]:
     """The explicit anchors of specs/contract.md."""
     return set(ANCHOR_DEF.findall(CONTRACT.read_text(encoding="utf-8")))
@@ -61,8 +47,6 @@ def test_no_section_codes_or_design_references_remain() -> None:
     offending = []
     for path in scanned_files():
         name = relative(path)
-        if is_pending(name):
-            continue
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             if SECTION_CODE.search(line) or DESIGN_REF.search(line):
                 offending.append(f"{name}:{number}: {line.strip()}")

@@ -1,4 +1,4 @@
-"""Conformance of the real round controller to the z3 round relation (0x06A-0x06E).
+"""Conformance of the real round controller to the z3 round relation (contract#round-transaction).
 
 The z3 proofs (:mod:`specround.model_check.z3`) are about a model; this package checks that the
 code does what the model says, round by round. Every round *attempt* made on a real
