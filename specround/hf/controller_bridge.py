@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from specround.sampling.processors.chain import ProcessorChain
+from specround.sampling.processors.processor_chain import ProcessorChain
 from specround.sampling.types import PAD_ID, Layout
 from specround.statemachine.controller import RoundController
 from specround.statemachine.events import RoundTimings

@@ -70,13 +70,19 @@ from specround.errors import (
     StaleGenerationError,
 )
 from specround.model_check.z3.invariants import initial_state
-from specround.model_check.z3.state import NO_TXN, ProtocolConfig, ProtocolState, RoundInputs, fault_code
+from specround.model_check.z3.protocol_state import (
+    NO_TXN,
+    ProtocolConfig,
+    ProtocolState,
+    RoundInputs,
+    fault_code,
+)
 from specround.model_check.z3.transition import conforms as relation_conforms
 from specround.model_check.z3.transition import round_outcome, state_values
-from specround.sampling.processors.chain import ProcessorChain
+from specround.sampling.processors.processor_chain import ProcessorChain
 from specround.sampling.rng import uniforms
 from specround.sampling.types import Layout, Stream, TerminalKind
-from specround.statemachine.chain import verify_chain
+from specround.statemachine.chain_verification import verify_chain
 from specround.statemachine.controller import RoundController
 from specround.statemachine.faults import FaultPlan, FaultPoint, FaultRule
 from specround.statemachine.lifecycle import RoundPhase

@@ -15,6 +15,7 @@ from specround.errors import (
     NegativeCostError,
     UnreachableRateError,
 )
+from specround.model_check.check_results import CheckResult, within
 from specround.model_check.enumeration import FixtureEnumeration
 from specround.model_check.goodput import (
     AcceptanceProfile,
@@ -34,7 +35,6 @@ from specround.model_check.ledger import (
     time_per_token,
 )
 from specround.model_check.ledger_estimate import RoundRecord, estimate_ledger
-from specround.model_check.results import CheckResult, within
 
 __all__ = [
     "DECLARED_COSTS",

@@ -24,9 +24,9 @@ from hypothesis.stateful import (
 )
 
 from specround.errors import InjectedFaultError, RequestFinishedError, StaleGenerationError
-from specround.sampling.processors.chain import ProcessorChain, sampling_chain
+from specround.sampling.processors.processor_chain import ProcessorChain, sampling_chain
 from specround.sampling.types import Layout
-from specround.statemachine.chain import verify_chain
+from specround.statemachine.chain_verification import verify_chain
 from specround.statemachine.controller import RoundController
 from specround.statemachine.faults import FAULT_POINTS_BEFORE_PUBLICATION, FaultPlan, FaultPoint, FaultRule
 from specround.statemachine.ports import EventLog

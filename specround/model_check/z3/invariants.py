@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import z3
 
-from specround.model_check.z3.state import NO_TXN, ProtocolConfig, ProtocolState, RoundInputs
+from specround.model_check.z3.protocol_state import NO_TXN, ProtocolConfig, ProtocolState, RoundInputs
 from specround.model_check.z3.terms import Bool, Int, first_true
 from specround.model_check.z3.transition import RoundOutcome, replay_round, round_outcome
 from specround.sampling.types import TerminalKind

@@ -19,6 +19,7 @@ import z3
 
 from specround.errors import InputError
 from specround.model_check.z3.proofs import Shown
+from specround.model_check.z3.protocol_state import FAULT_POINTS, ProtocolConfig, ProtocolState, RoundInputs
 from specround.model_check.z3.rules import (
     CommitPlan,
     Emission,
@@ -33,7 +34,6 @@ from specround.model_check.z3.rules import (
     rows_valid,
     terminal_draws,
 )
-from specround.model_check.z3.state import FAULT_POINTS, ProtocolConfig, ProtocolState, RoundInputs
 from specround.model_check.z3.terms import Bool, Int, TokenList, select
 from specround.sampling.types import Layout, TerminalKind
 
