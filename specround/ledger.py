@@ -1,7 +1,7 @@
 """The speedup ledger's formulas (0x05A-0x05D): accepted-prefix law, round progress, time per token.
 
 A leaf module (it imports only :mod:`specround.errors`): the serving loop's draft-length policy uses these
-formulas in production, and :mod:`specround.model_check.ledger` re-exports them for the checkers (one
+formulas in production, and the checkers of :mod:`specround.model_check` import them from here (one
 implementation).
 
 The accepted count ``A`` of a round with ``K`` drafts is a random variable, described completely by its
