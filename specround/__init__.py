@@ -66,8 +66,8 @@ _EXPORTS: dict[str, str] = {
     "PAD_ID": "specround.sampling.types",
     "Layout": "specround.sampling.types",
     "TerminalKind": "specround.sampling.types",
-    "ProcessorChain": "specround.sampling.processors.chain",
-    "sampling_chain": "specround.sampling.processors.chain",
+    "ProcessorChain": "specround.sampling.processors.processor_chain",
+    "sampling_chain": "specround.sampling.processors.processor_chain",
     "FaultPlan": "specround.statemachine.faults",
     "FaultPoint": "specround.statemachine.faults",
     # requests and their published state
@@ -95,7 +95,7 @@ _EXPORTS: dict[str, str] = {
     "AuditReport": "specround.audit",
     "AuditFinding": "specround.audit",
     "replay_log": "specround.statemachine.replay",
-    "verify_chain": "specround.statemachine.chain",
+    "verify_chain": "specround.statemachine.chain_verification",
 }
 
 __all__ = [
@@ -155,9 +155,9 @@ if TYPE_CHECKING:
         StaleGenerationError,
     )
     from specround.sampling.coordinate import RoundCoordinate
-    from specround.sampling.processors.chain import ProcessorChain, sampling_chain
+    from specround.sampling.processors.processor_chain import ProcessorChain, sampling_chain
     from specround.sampling.types import PAD_ID, Layout, TerminalKind
-    from specround.statemachine.chain import verify_chain
+    from specround.statemachine.chain_verification import verify_chain
     from specround.statemachine.controller import RoundController
     from specround.statemachine.faults import FaultPlan, FaultPoint
     from specround.statemachine.ports import EventLog

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from specround.testing.cli import conform_app
+from specround.testing.conform_cli import conform_app
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -149,7 +149,7 @@ def bench_sampler(
     as_json: bool = typer.Option(True, "--json", help="Print JSON (the only output format)."),
 ) -> None:
     """Time the exact sampler against the minimum it must read and a full pass, in one run."""
-    from specround.bench.sampler import run_sampler_bench
+    from specround.bench.sampler_bench import run_sampler_bench
 
     del as_json
     sizes = _comma_list(batch_sizes, int, "--batch-sizes", "integers")
@@ -171,7 +171,7 @@ def bench_model(
     """Time the compact Llama: start-up, one-row decode, five-row verify, packed verify, in one run."""
     import torch
 
-    from specround.adapters.llama.bench import run_model_bench
+    from specround.adapters.llama.model_bench import run_model_bench
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -208,7 +208,7 @@ def bench_controller(
     ),
 ) -> None:
     """Time the round controller + durable publish per request-round on each log backend, and replay."""
-    from specround.bench.controller import API_NAMES, run_controller_bench
+    from specround.bench.controller_bench import API_NAMES, run_controller_bench
 
     sizes = _comma_list(batch_sizes, int, "--batch-sizes", "integers")
     api_list = _comma_list(apis, str, "--apis", "names")
@@ -281,10 +281,10 @@ def check(
         typer.echo(f"error: {refusal}", err=True)
         raise typer.Exit(2)
 
+    from specround.model_check.check_console import progress_bar, render_report
+    from specround.model_check.check_suite import PARTS, CheckOptions, run_checks
     from specround.model_check.mutants import MUTATIONS as LAB_MUTATIONS
     from specround.model_check.mutation_lab import CHECKS as LAB_CHECKS
-    from specround.model_check.render import progress_bar, render_report
-    from specround.model_check.report import PARTS, CheckOptions, run_checks
 
     parts = frozenset(PARTS)
     if only is not None:
@@ -771,7 +771,7 @@ def generate(
 
     from specround.errors import SpecroundError
     from specround.hf.cli_run import is_transformers_model
-    from specround.serving.render import acceptance_table
+    from specround.serving.generate_console import acceptance_table
     from specround.serving.session import GenerateOptions, prepare_session
 
     if threads is not None:
@@ -822,7 +822,7 @@ def _run_session(
 ) -> GenerationReport:
     """Run the session (under a progress bar unless ``as_json``); an interrupt or error exits with a note."""
     from specround.errors import SpecroundError
-    from specround.serving.render import run_with_progress
+    from specround.serving.generate_console import run_with_progress
 
     try:
         if as_json:
@@ -892,7 +892,7 @@ def bench_report(
     out: str | None = typer.Option(None, "--out", help="Keep the report in this directory."),
 ) -> None:
     """Time the audit report of a large synthetic log (written once, then reused) in one run."""
-    from specround.report.bench import run_report_bench
+    from specround.report.report_bench import run_report_bench
 
     typer.echo(run_report_bench(rounds, log_path=log, out_dir=out).model_dump_json(indent=2))
 

@@ -3,7 +3,7 @@
 Contract: contract#speedup-ledger.
 
 A leaf module (it imports only :mod:`specround.errors`): the serving loop's draft-length policy uses these
-formulas in production, and :mod:`specround.model_check.ledger` re-exports them for the checkers (one
+formulas in production, and the checkers of :mod:`specround.model_check` import them from here (one
 implementation).
 
 The accepted count ``A`` of a round with ``K`` drafts is a random variable, described completely by its

@@ -5,6 +5,7 @@ Reads logs through the :class:`~specround.statemachine.ports.EventLog` port and 
 """
 
 from specround.audit.attest import anchor_of, audit_anchor, audit_signatures
+from specround.audit.audit_report import AuditFinding, AuditReport, RequestAudit
 from specround.audit.fault_matrix import (
     FAULT_MATRIX_SHAPES,
     FaultCell,
@@ -13,7 +14,6 @@ from specround.audit.fault_matrix import (
     run_fault_matrix,
     scripted_round,
 )
-from specround.audit.report import AuditFinding, AuditReport, RequestAudit
 from specround.audit.run import ReplayCheck, audit_log, audit_request, replay_against_heads, with_findings
 
 __all__ = [

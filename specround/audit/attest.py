@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from specround.audit.report import AuditFinding
+from specround.audit.audit_report import AuditFinding
 from specround.canonical import canonical_bytes, digest, load
 from specround.errors import SpecroundError
 from specround.signing import LogSigner, SignatureRow, SignedClaim, parse_claim

@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from specround.audit.report import AuditReport
+from specround.audit.audit_report import AuditReport
 
 __all__ = ["audit_json", "findings_table", "print_audit", "requests_table"]
 

@@ -5,7 +5,7 @@ For each request (streamed one request at a time): the hash chain is verified ag
 as the controller does (INV-1, INV-3..INV-6, INV-8 — a sequence it refuses is a ``replay`` finding); the
 replayed state must equal the head's state digest, generation and finished flag (INV-8); and every round's
 decision is re-derived from the logged values and the counter-based RNG (INV-10, INV-2;
-:mod:`specround.audit.decisions`).
+:mod:`specround.audit.decision_audit`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from specround.audit.decisions import DecisionAuditor
-from specround.audit.report import AuditFinding, AuditReport, RequestAudit
+from specround.audit.audit_report import AuditFinding, AuditReport, RequestAudit
+from specround.audit.decision_audit import DecisionAuditor
 from specround.errors import SpecroundError
-from specround.statemachine.chain import verify_chain
+from specround.statemachine.chain_verification import verify_chain
 from specround.statemachine.invariants import head_agrees
 from specround.statemachine.ports import EventLog, LogHead, StoredEvent
 from specround.statemachine.replay import replay_request

@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict
 
 from specround.errors import InvalidRequestError
 from specround.ledger import expected_progress, survival_from_reach
-from specround.sampling.processors.chain import sampling_chain
+from specround.sampling.processors.processor_chain import sampling_chain
 from specround.sampling.types import Layout
 from specround.serving.drafts import (
     DraftSpec,
@@ -61,7 +61,7 @@ from specround.serving.drafts import (
 )
 from specround.serving.loop import GenerationRequest, ServingLoop
 from specround.serving.policy import AdaptiveDraftLength, DraftLengthPolicy, FixedDraftLength
-from specround.serving.stats import AcceptanceStats, RoundOutcome
+from specround.serving.run_stats import AcceptanceStats, RoundOutcome
 from specround.statemachine.model_ports import Proposer
 
 __all__ = [

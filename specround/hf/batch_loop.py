@@ -17,13 +17,13 @@ from typing import Any
 import torch
 
 from specround.hf.batch_cache import BatchedCausalLM
-from specround.hf.config import GenerationSettings
 from specround.hf.controller_bridge import BRIDGE_LAYOUT, ControllerBridge, RoundRequest, StagedRound
 from specround.hf.drafting import DraftAsk, Drafter
+from specround.hf.generation_settings import GenerationSettings
 from specround.sampling.layouts import extract_verification, verification_inputs
-from specround.sampling.processors.chain import ProcessorChain
+from specround.sampling.processors.processor_chain import ProcessorChain
 from specround.serving.policy import MAX_DRAFT_LENGTH, DraftLengthPolicy, DraftSlot, StepCosts
-from specround.serving.stats import AcceptanceStats, RoundOutcome
+from specround.serving.run_stats import AcceptanceStats, RoundOutcome
 from specround.serving.step_timings import RoundWork, StepTimes, share_out, verify_calls
 from specround.statemachine.events import RoundTimings
 from specround.statemachine.state import RequestState

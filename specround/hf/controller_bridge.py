@@ -18,7 +18,7 @@ from typing import Any, cast
 import torch
 
 from specround.errors import InvalidRequestError, SpecroundError
-from specround.sampling.processors.chain import ProcessorChain
+from specround.sampling.processors.processor_chain import ProcessorChain
 from specround.sampling.types import PAD_ID, Layout
 from specround.statemachine.controller import RoundController
 from specround.statemachine.events import RoundTimings

@@ -23,7 +23,7 @@ from specround.adapters.proposers.ngram import lookup_continuation
 from specround.errors import InvalidRequestError
 from specround.hf.batch_cache import BatchedCausalLM
 from specround.hf.draft_draws import draw_tokens, proposal_uniforms
-from specround.sampling.processors.chain import ProcessorChain
+from specround.sampling.processors.processor_chain import ProcessorChain
 
 __all__ = ["AssistantDrafter", "Draft", "DraftAsk", "Drafter", "LookupDrafter"]
 

@@ -35,12 +35,12 @@ import torch
 from specround.errors import InvalidRequestError, UnsupportedGenerationConfigError
 from specround.hf.batch_cache import BatchedCausalLM
 from specround.hf.batch_loop import BatchLoop, RowRequests
-from specround.hf.config import GenerationSettings, resolve_settings
 from specround.hf.controller_bridge import ControllerBridge
 from specround.hf.drafting import AssistantDrafter, Drafter, LookupDrafter
+from specround.hf.generation_settings import GenerationSettings, resolve_settings
 from specround.hf.outputs import SpecroundGenerateOutput, pad_sequences, stack_positions
 from specround.hf.processors import build_chain, stop_strings_processor
-from specround.sampling.processors.chain import ProcessorChain
+from specround.sampling.processors.processor_chain import ProcessorChain
 from specround.serving.policy import (
     MAX_DRAFT_LENGTH,
     AdaptiveDraftLength,

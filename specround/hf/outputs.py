@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from specround.errors import InvalidRequestError
-from specround.serving.stats import AcceptanceStats, RoundOutcome
+from specround.serving.run_stats import AcceptanceStats, RoundOutcome
 
 __all__ = ["SpecroundGenerateOutput", "pad_sequences", "stack_positions"]
 

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from specround.errors import InvalidRequestError
-from specround.hf.config import GenerationSettings
-from specround.sampling.processors.base import LogitProcessor
-from specround.sampling.processors.chain import ProcessorChain
+from specround.hf.generation_settings import GenerationSettings
 from specround.sampling.processors.history import BannedSequences, MinLength, NoRepeatNGram, SuppressTokens
 from specround.sampling.processors.penalties import RepetitionPenalty
+from specround.sampling.processors.processor import LogitProcessor
+from specround.sampling.processors.processor_chain import ProcessorChain
 from specround.sampling.processors.stateless import Greedy, MinP, Temperature, TopK, TopP
 from specround.sampling.processors.stop_strings import StopStrings
 

@@ -31,7 +31,7 @@ and the outcome does not change when the uniforms the decision reports as unreac
 Beside the joint, each fixture reports the per-position identities of the sampler law (acceptance
 ``1 - TV(p, q)``, the normalised residual, ``p == q`` never corrects), the accounting invariants of each
 leaf (INV-2, INV-3, INV-10 re-derived from the oracle's own rows) and the processor-row checks of
-:mod:`specround.model_check.tables` (``rows_along`` against per-prefix rows, both softmax backends).
+:mod:`specround.model_check.fixture_tables` (``rows_along`` against per-prefix rows, both softmax backends).
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from typing import Any
 
 import torch
 
-from specround.model_check.results import CheckResult, within
-from specround.model_check.tables import STOPPED, FixtureTables, Joint
+from specround.model_check.check_results import CheckResult, within
+from specround.model_check.fixture_tables import STOPPED, FixtureTables, Joint
 from specround.sampling.exact import decide_from_uniforms
 from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision
 

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from specround.errors import InvalidProcessorError
-from specround.sampling.processors.chain import ProcessorChain
+from specround.sampling.processors.processor_chain import ProcessorChain
 from specround.sampling.softmax import SoftmaxBackend
 
 __all__ = [

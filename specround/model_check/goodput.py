@@ -30,7 +30,7 @@ from specround.errors import (
     NegativeCostError,
     UnreachableRateError,
 )
-from specround.model_check.ledger import (
+from specround.ledger import (
     accepted_pmf,
     expected_accepted,
     expected_progress_with_stops,

@@ -75,9 +75,9 @@ def failed_outcome(check: str, error: BaseException, started: float) -> CheckOut
 def fixture_checks() -> list[CheckOutcome]:
     """``enumeration`` and ``monte carlo`` (one tables build serves both)."""
     from specround.model_check.enumeration import enumerate_fixtures
+    from specround.model_check.fixture_tables import build_tables
     from specround.model_check.fixtures import named_fixtures, random_fixtures
     from specround.model_check.montecarlo import run_monte_carlo
-    from specround.model_check.tables import build_tables
 
     started = time.perf_counter()
     try:

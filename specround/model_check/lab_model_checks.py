@@ -213,7 +213,7 @@ def _exact_model_law(temperature: float = MODEL_TEMPERATURE) -> dict[tuple[int, 
 
 def model_law_check() -> CheckOutcome:
     """The first tokens generated through the serving loop follow the exact target law (chi-square)."""
-    from specround.model_check.stats import chi_square_test
+    from specround.model_check.chi_square import chi_square_test
     from specround.sampling.types import Layout
     from specround.serving import GenerationRequest
 

@@ -15,6 +15,16 @@ from specround.errors import (
     NegativeCostError,
     UnreachableRateError,
 )
+from specround.ledger import (
+    expected_progress,
+    iid_survival,
+    leviathan_expected_progress,
+    leviathan_speedup,
+    survival_from_pmf,
+    survival_from_reach,
+    time_per_token,
+)
+from specround.model_check.check_results import CheckResult, within
 from specround.model_check.enumeration import FixtureEnumeration
 from specround.model_check.goodput import (
     AcceptanceProfile,
@@ -24,17 +34,7 @@ from specround.model_check.goodput import (
     declared_mean_matches,
     goodput_table,
 )
-from specround.model_check.ledger import (
-    expected_progress,
-    iid_survival,
-    leviathan_expected_progress,
-    leviathan_speedup,
-    survival_from_pmf,
-    survival_from_reach,
-    time_per_token,
-)
 from specround.model_check.ledger_estimate import RoundRecord, estimate_ledger
-from specround.model_check.results import CheckResult, within
 
 __all__ = [
     "DECLARED_COSTS",

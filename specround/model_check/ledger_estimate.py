@@ -25,8 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specround.errors import LedgerDeclarationError, MissingProgressTokenError, NegativeCostError
-from specround.ledger import ReachCount
-from specround.model_check.ledger import accepted_pmf
+from specround.ledger import ReachCount, accepted_pmf
 
 __all__ = ["LedgerEstimate", "ReachCount", "RoundRecord", "estimate_ledger"]
 

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specround.model_check.check_results import CheckResult, within
+from specround.model_check.chi_square import ChiSquareTest, chi_square_test
+from specround.model_check.fixture_tables import IMPOSSIBLE, STOPPED, FixtureTables, Joint, RowTree
 from specround.model_check.ledger_estimate import RoundRecord, estimate_ledger
-from specround.model_check.results import CheckResult, within
-from specround.model_check.stats import ChiSquareTest, chi_square_test
-from specround.model_check.tables import IMPOSSIBLE, STOPPED, FixtureTables, Joint, RowTree
 from specround.sampling.exact import decide
 from specround.sampling.rng import uniforms
 from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision, Stream

@@ -65,10 +65,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specround.errors import SpecroundError
+from specround.model_check.check_results import single_threaded
 from specround.model_check.lab_checks import CheckOutcome, controller_checks, fixture_checks, pipelined_check
 from specround.model_check.lab_model_checks import model_checks, model_law_check, prepare_model_references
 from specround.model_check.mutants import MUTATIONS, Mutation, SeamGoneError
-from specround.model_check.results import single_threaded
 
 __all__ = [
     "CHECKS",

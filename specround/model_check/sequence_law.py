@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from specround.sampling.processors.chain import ProcessorChain
+from specround.sampling.processors.processor_chain import ProcessorChain
 
 __all__ = ["exact_sequence_law"]
 

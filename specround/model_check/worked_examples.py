@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 
+from specround.ledger import accepted_pmf, expected_progress, survival_from_pmf, tokens_per_second
+from specround.model_check.check_results import CheckResult, within
 from specround.model_check.enumeration import FixtureEnumeration
 from specround.model_check.fixtures import SUMMARY_P, THREE_SYMBOL_P, THREE_SYMBOL_Q
-from specround.model_check.ledger import accepted_pmf, expected_progress, survival_from_pmf, tokens_per_second
-from specround.model_check.results import CheckResult, within
 
 __all__ = ["EXAMPLE_TOLERANCE", "coupling_matrix", "summary_checks", "three_symbol_checks"]
 

@@ -26,7 +26,7 @@ from specround.report.extract import (
     round_rows,
     sql_round_rows,
 )
-from specround.report.stats import SurvivalPoint, kaplan_meier, wilson_interval
+from specround.report.intervals import SurvivalPoint, kaplan_meier, wilson_interval
 
 __all__ = [
     "PositionRate",

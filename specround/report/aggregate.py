@@ -5,7 +5,7 @@ counters: per draft position (reached, accepted, drafted), the accepted-count hi
 request totals (a few integers per request), and time buckets whose width doubles whenever their number
 would exceed :data:`MAX_BUCKETS` (so the pass needs no first query for the time range). :meth:`finish`
 turns the counters into :class:`ReportData`: the reach-conditioned rates with Wilson intervals, the
-Kaplan-Meier survival tail with its band (:mod:`specround.report.stats`), ``Pr(A = a)``, the time ledger
+Kaplan-Meier survival tail with its band (:mod:`specround.report.intervals`), ``Pr(A = a)``, the time ledger
 and the K/V row ledger.
 
 Definitions (contract#speedup-ledger, contract#temporary-rows):
@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from specround.report.extract import RoundRow
-from specround.report.stats import SurvivalPoint, kaplan_meier, wilson_interval
+from specround.report.intervals import SurvivalPoint, kaplan_meier, wilson_interval
 
 __all__ = [
     "MAX_BUCKETS",

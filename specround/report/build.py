@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from specround.audit.report import AuditReport
+from specround.audit.audit_report import AuditReport
 from specround.errors import ReportOptionError
 from specround.report.aggregate import ReportData, fold_rounds
 from specround.report.extract import ReportFilter, round_rows

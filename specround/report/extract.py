@@ -164,8 +164,8 @@ def sql_round_rows(log: SqlEventLog, filters: ReportFilter | None = None) -> Ite
     Rows come in the database's scan order (not sorted); the query runs in one read transaction. A round
     whose body cannot be read is left out (the audit reports it by name).
     """
+    from specround.adapters.sql.driver_errors import db_errors
     from specround.adapters.sql.engine import READ_ONLY
-    from specround.adapters.sql.errors import db_errors
     from specround.adapters.sql.round_body import decode_round
     from specround.errors import LogIntegrityError
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import jinja2
 
-from specround.audit.report import AuditReport
+from specround.audit.audit_report import AuditReport
 from specround.report.aggregate import ReportData
 
 __all__ = ["INVARIANTS", "render_html"]

@@ -15,7 +15,7 @@ from specround.serving.policy import (
     FixedDraftLength,
     StepCosts,
 )
-from specround.serving.stats import AcceptanceStats, ReachCount, RoundOutcome
+from specround.serving.run_stats import AcceptanceStats, ReachCount, RoundOutcome
 
 __all__ = [
     "MAX_DRAFT_LENGTH",

@@ -49,7 +49,7 @@ import torch
 
 from specround.errors import InjectedFaultError, InvalidRequestError, SpecroundError
 from specround.sampling.layouts import retains_frontier
-from specround.sampling.processors.chain import ProcessorChain, sampling_chain
+from specround.sampling.processors.processor_chain import ProcessorChain, sampling_chain
 from specround.sampling.types import PAD_ID, Layout
 from specround.serving.policy import (
     MAX_DRAFT_LENGTH,
@@ -58,7 +58,7 @@ from specround.serving.policy import (
     FixedDraftLength,
     StepCosts,
 )
-from specround.serving.stats import AcceptanceStats, RoundOutcome
+from specround.serving.run_stats import AcceptanceStats, RoundOutcome
 from specround.serving.step_timings import RoundWork, StepTimes, share_out, verify_calls
 from specround.statemachine.controller import RoundController
 from specround.statemachine.events import RoundTimings

@@ -67,7 +67,7 @@ from specround.ledger import expected_progress, survival_from_reach
 from specround.sampling.layouts import replays_frontier, verify_row_count
 from specround.sampling.types import Layout
 from specround.serving.costs import LinearCost, TabulatedCost
-from specround.serving.stats import RoundOutcome
+from specround.serving.run_stats import RoundOutcome
 
 __all__ = [
     "MAX_DRAFT_LENGTH",

@@ -31,7 +31,7 @@ import torch
 from specround.adapters.sql.engine import LogLocation, parse_location
 from specround.adapters.sql.probe import probe_sqlite_file
 from specround.errors import InvalidRequestError, ModelLoadError
-from specround.sampling.processors.chain import ProcessorChain, sampling_chain
+from specround.sampling.processors.processor_chain import ProcessorChain, sampling_chain
 from specround.sampling.types import Layout
 from specround.serving.drafts import (
     DraftSpec,
@@ -47,7 +47,7 @@ from specround.serving.policy import (
     DraftLengthPolicy,
     FixedDraftLength,
 )
-from specround.serving.stats import AcceptanceStats, RoundOutcome
+from specround.serving.run_stats import AcceptanceStats, RoundOutcome
 from specround.signing import HmacSigner, LogSigner, load_key
 from specround.statemachine.model_ports import Proposer
 from specround.telemetry.observation import RoundRecorder

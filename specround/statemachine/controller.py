@@ -53,8 +53,8 @@ from specround.errors import (
     UnknownLayoutError,
 )
 from specround.sampling.coordinate import RoundCoordinate
-from specround.sampling.processors.base import StopAutomaton
-from specround.sampling.processors.chain import ProcessorChain
+from specround.sampling.processors.processor import StopAutomaton
+from specround.sampling.processors.processor_chain import ProcessorChain
 from specround.sampling.processors.stop import StopSequences
 from specround.sampling.types import Layout
 from specround.sampling.validation import ValidationMode

@@ -5,7 +5,7 @@ raising, so that each caller decides what a breach means: the Hypothesis state m
 ``tests/statemachine`` asserts there are none, the conformance walk of ``specround check``
 (:mod:`specround.model_check.conformance`) records them as violations and goes on, and the audit
 (:mod:`specround.audit`) turns them into findings. INV-10 (every logged decision re-derives) is the
-audit's own re-derivation (:mod:`specround.audit.decisions`).
+audit's own re-derivation (:mod:`specround.audit.decision_audit`).
 
 Three kinds of check:
 
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specround.errors import InjectedFaultError, RequestFinishedError, SpecroundError, StaleGenerationError
-from specround.sampling.processors.chain import ProcessorChain
-from specround.statemachine.chain import verify_chain
+from specround.sampling.processors.processor_chain import ProcessorChain
+from specround.statemachine.chain_verification import verify_chain
 from specround.statemachine.faults import FaultPoint
 from specround.statemachine.ports import EventLog, LogHead
 from specround.statemachine.replay import replay_states

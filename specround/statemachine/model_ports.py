@@ -151,7 +151,10 @@ class TargetModel(Protocol):
 
 
 class ProcessorChainLike(Protocol):
-    """What a proposer needs of a request's processor chain (``specround.sampling.processors.chain``)."""
+    """What a proposer needs of a request's processor chain.
+
+    The implementation is :class:`~specround.sampling.processors.processor_chain.ProcessorChain`.
+    """
 
     def clone(self) -> Self:
         """An independent copy."""

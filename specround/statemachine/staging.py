@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specround.errors import InvalidProcessorError, InvalidRequestError, StagingValidationError
-from specround.sampling.processors.chain import ProcessorChain
+from specround.sampling.processors.processor_chain import ProcessorChain
 from specround.statemachine.records import assemble
 from specround.statemachine.state import (
     TOKEN_FOLD_SEED,

@@ -10,7 +10,7 @@ checks with stated power:
   :func:`rejection_rate` against planted distortions);
 * ``stop``, ``seed-reproducible``, ``batch-invariance``: nothing after EOS, and the RNG contract;
 * for engines that expose their rounds (:class:`TracingEngine`), ``q-sampled``, ``decisions`` and
-  ``processor-state`` (:mod:`specround.testing.rounds`), plus the advisory ``q-declared``.
+  ``processor-state`` (:mod:`specround.testing.round_checks`), plus the advisory ``q-declared``.
 
 Shipped engines: transformers' assisted generation (:mod:`specround.testing.hf_engine`), specround's own
 serving loop (:mod:`specround.testing.specround_engine`), a correct reference engine and planted-bug engines
@@ -24,7 +24,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from specround.testing.engine import Engine, EngineRequest, RoundTrace, TracingEngine
+    from specround.testing.engine_contract import Engine, EngineRequest, RoundTrace, TracingEngine
     from specround.testing.law import CellLaw, target_law
     from specround.testing.lawtest import LawTest, detectable_tv, law_test, tv_half_width
     from specround.testing.models import (
@@ -35,26 +35,26 @@ if TYPE_CHECKING:
         logits_after,
     )
     from specround.testing.power import DISTORTIONS, PowerCheck, distort, rejection_rate
-    from specround.testing.results import CHECKS, CheckResult, ConformanceReport
     from specround.testing.runner import conform
     from specround.testing.settings import SamplingSettings
+    from specround.testing.verdicts import CHECKS, CheckResult, ConformanceReport
 
 _EXPORTS: dict[str, str] = {
-    "CHECKS": "specround.testing.results",
+    "CHECKS": "specround.testing.verdicts",
     "CellLaw": "specround.testing.law",
-    "CheckResult": "specround.testing.results",
+    "CheckResult": "specround.testing.verdicts",
     "CompactLlamaLogits": "specround.testing.models",
-    "ConformanceReport": "specround.testing.results",
+    "ConformanceReport": "specround.testing.verdicts",
     "DISTORTIONS": "specround.testing.power",
-    "Engine": "specround.testing.engine",
-    "EngineRequest": "specround.testing.engine",
+    "Engine": "specround.testing.engine_contract",
+    "EngineRequest": "specround.testing.engine_contract",
     "FunctionLogits": "specround.testing.models",
     "LawTest": "specround.testing.lawtest",
     "LogitsModel": "specround.testing.models",
     "PowerCheck": "specround.testing.power",
-    "RoundTrace": "specround.testing.engine",
+    "RoundTrace": "specround.testing.engine_contract",
     "SamplingSettings": "specround.testing.settings",
-    "TracingEngine": "specround.testing.engine",
+    "TracingEngine": "specround.testing.engine_contract",
     "TransformersLogits": "specround.testing.models",
     "conform": "specround.testing.runner",
     "detectable_tv": "specround.testing.lawtest",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specround.testing.engine import Engine, EngineRequest
+from specround.testing.engine_contract import Engine, EngineRequest
 
 __all__ = ["check_batch_invariance", "check_seed_reproducible", "check_stop_samples"]
 

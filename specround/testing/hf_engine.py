@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from specround.errors import InvalidRequestError
-from specround.testing.engine import EngineRequest, RoundTrace
+from specround.testing.engine_contract import EngineRequest, RoundTrace
 
 __all__ = ["TransformersEngine"]
 

@@ -4,7 +4,7 @@ The power statement is the smallest TV the test detects at its level and N.
 
 * **Chi-square.** Pearson's statistic over the cells of the :class:`~specround.testing.law.CellLaw`,
   pooled (smallest expected first) until every cell expects >= 5
-  (:func:`specround.model_check.stats.chi_square_test`). A sample the target gives probability 0 rejects
+  (:func:`specround.model_check.chi_square.chi_square_test`). A sample the target gives probability 0 rejects
   outright (statistic +inf, p-value 0).
 * **TV with a confidence interval.** The plug-in estimate ``0.5 * sum |n_c / N - P_c|`` over the pooled
   cells (plus the fraction of impossible samples). The interval is the analytic bound of Weissman et al.
@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specround.model_check.stats import chi2_critical, chi_square_test, noncentral_chi2_sf, pool_cells
+from specround.model_check.chi_square import chi2_critical, chi_square_test, noncentral_chi2_sf, pool_cells
 from specround.testing.law import CellLaw
 
 __all__ = ["DEFAULT_POWER", "LawTest", "detectable_tv", "law_test", "tv_half_width"]

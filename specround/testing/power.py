@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from specround.errors import InvalidRequestError
-from specround.model_check.stats import pool_cells
+from specround.model_check.chi_square import pool_cells
 from specround.testing.law import CellLaw
 from specround.testing.lawtest import law_test
 

@@ -3,7 +3,7 @@
 For each prompt and setting the engine generates ``samples`` requests (seeds ``base_seed + i``) in batches
 of ``batch_size``; the kit computes the target law from the target model, runs the ``law`` test and the
 ``stop`` check on every sample, the RNG checks on the first ``rng_requests`` requests, and, for a
-:class:`~specround.testing.engine.TracingEngine`, the white-box round checks on the first
+:class:`~specround.testing.engine_contract.TracingEngine`, the white-box round checks on the first
 ``trace_requests`` requests run alone. An engine with a ``self_audit()`` method (specround's own) also
 gets an ``audit`` row from it.
 """
@@ -14,12 +14,11 @@ from collections.abc import Callable, Sequence
 
 from specround.errors import InvalidRequestError
 from specround.testing.blackbox import check_batch_invariance, check_seed_reproducible, check_stop_samples
-from specround.testing.engine import Engine, EngineRequest, TracingEngine
+from specround.testing.engine_contract import Engine, EngineRequest, TracingEngine
 from specround.testing.law import target_law
 from specround.testing.lawtest import law_test
 from specround.testing.models import LogitsModel
-from specround.testing.results import CheckResult, ConformanceReport
-from specround.testing.rounds import (
+from specround.testing.round_checks import (
     Traced,
     check_decisions,
     check_processor_state,
@@ -27,6 +26,7 @@ from specround.testing.rounds import (
     check_stop_rounds,
 )
 from specround.testing.settings import SamplingSettings
+from specround.testing.verdicts import CheckResult, ConformanceReport
 
 __all__ = ["Progress", "conform"]
 

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from specround.errors import InvalidRequestError
-from specround.sampling.processors.chain import ProcessorChain, sampling_chain
+from specround.sampling.processors.processor_chain import ProcessorChain, sampling_chain
 
 __all__ = ["SamplingSettings"]
 

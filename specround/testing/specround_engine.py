@@ -18,7 +18,7 @@ from specround.audit.run import audit_log
 from specround.serving import FixedDraftLength, GenerationRequest, ServingLoop
 from specround.statemachine.controller import RoundController
 from specround.statemachine.model_ports import Proposer
-from specround.testing.engine import EngineRequest
+from specround.testing.engine_contract import EngineRequest
 
 __all__ = ["SpecroundEngine"]
 

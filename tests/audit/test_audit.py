@@ -11,7 +11,7 @@ import torch
 
 from specround.adapters.memory_log import MemoryEventLog
 from specround.audit import audit_log, replay_against_heads
-from specround.audit.decisions import DecisionAuditor
+from specround.audit.decision_audit import DecisionAuditor
 from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
 from specround.sampling.types import Layout
 from specround.statemachine.controller import RoundController

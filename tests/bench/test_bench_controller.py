@@ -8,7 +8,7 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from specround.bench.controller import (
+from specround.bench.controller_bench import (
     CONTROLLER_TARGET_US,
     REPLAY_TARGET_EVENTS_PER_S,
     ControllerBenchReport,

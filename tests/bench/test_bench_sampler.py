@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from specround.bench.sampler import SamplerBenchReport, make_sampler_inputs, run_sampler_bench
+from specround.bench.sampler_bench import SamplerBenchReport, make_sampler_inputs, run_sampler_bench
 from specround.cli import app
 from specround.sampling.exact import decide
 

@@ -16,7 +16,7 @@ from transformers import GenerationConfig
 
 from specround.adapters.memory_log import MemoryEventLog
 from specround.hf import generate
-from specround.model_check.stats import chi_square_test
+from specround.model_check.chi_square import chi_square_test
 from tests.hf._models import sharpen, tiny_llama
 
 V = 8

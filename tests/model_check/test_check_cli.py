@@ -10,11 +10,11 @@ from typer.testing import CliRunner
 
 import specround.model_check.mutants as mutants
 from specround.cli import app
+from specround.model_check import check_suite as report_module
 from specround.model_check import enumeration
-from specround.model_check import report as report_module
+from specround.model_check.check_results import CheckResult
+from specround.model_check.check_suite import PARTS, CheckOptions, CheckReport, run_checks
 from specround.model_check.mutants import Mutation, Seam, mutation_named
-from specround.model_check.report import PARTS, CheckOptions, CheckReport, run_checks
-from specround.model_check.results import CheckResult
 from specround.sampling.exact import decide_from_uniforms
 
 FIXTURE_PARTS = "oracle,monte_carlo,ledger"

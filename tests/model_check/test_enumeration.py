@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from specround.model_check.check_results import single_threaded
 from specround.model_check.enumeration import (
     GRID,
     JOINT_TOLERANCE,
@@ -17,9 +18,8 @@ from specround.model_check.enumeration import (
     _bisect,
     enumerate_fixtures,
 )
+from specround.model_check.fixture_tables import STOPPED, build_tables
 from specround.model_check.fixtures import named_fixtures, random_fixture, random_fixtures
-from specround.model_check.results import single_threaded
-from specround.model_check.tables import STOPPED, build_tables
 from specround.model_check.worked_examples import summary_checks, three_symbol_checks
 
 

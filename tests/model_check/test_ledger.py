@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specround.errors import LedgerDeclarationError, NegativeCostError, UnreachableRateError
-from specround.model_check.ledger import (
+from specround.ledger import (
     accepted_pmf,
     expected_accepted,
     expected_discarded_rows,

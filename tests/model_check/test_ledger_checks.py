@@ -5,11 +5,11 @@ Contract: contract#speedup-ledger.
 
 from __future__ import annotations
 
+from specround.model_check.check_results import single_threaded
 from specround.model_check.enumeration import enumerate_fixtures
+from specround.model_check.fixture_tables import build_tables
 from specround.model_check.fixtures import named_fixtures
 from specround.model_check.ledger_checks import enumeration_ledger_checks, ledger_checks
-from specround.model_check.results import single_threaded
-from specround.model_check.tables import build_tables
 
 
 def test_every_ledger_check_passes() -> None:

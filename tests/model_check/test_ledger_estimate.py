@@ -7,7 +7,7 @@ import random
 import pytest
 
 from specround.errors import LedgerDeclarationError, MissingProgressTokenError, NegativeCostError
-from specround.model_check.ledger import iid_survival
+from specround.ledger import iid_survival
 from specround.model_check.ledger_estimate import RoundRecord, estimate_ledger
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from specround.model_check.check_results import single_threaded
 from specround.model_check.enumeration import FixtureEnumeration, enumerate_fixtures
+from specround.model_check.fixture_tables import build_tables
 from specround.model_check.fixtures import named_fixtures
 from specround.model_check.montecarlo import ALTERNATIVE, run_monte_carlo
 from specround.model_check.mutants import mutation_named
 from specround.model_check.mutants.decisions import bonus_from_q as wrong_bonus
-from specround.model_check.results import single_threaded
-from specround.model_check.tables import build_tables
 from specround.sampling.exact import round_uniforms
 from specround.sampling.types import SamplerBatch, SamplerDecision
 

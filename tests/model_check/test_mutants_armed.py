@@ -27,10 +27,10 @@ from specround.model_check.mutants import MODEL_MUTATIONS, SeamGoneError, mutati
 from specround.model_check.mutants.sampler import CORRECTION_FROM_P
 from specround.model_check.mutation_lab import run_lab
 from specround.model_check.z3 import rules, transition
+from specround.model_check.z3.proof_runner import ProofStatus, run_proof
 from specround.model_check.z3.proofs import Proof, ProofKind, all_proofs
+from specround.model_check.z3.protocol_state import RoundInputs
 from specround.model_check.z3.rules import Emission
-from specround.model_check.z3.runner import ProofStatus, run_proof
-from specround.model_check.z3.state import RoundInputs
 from specround.model_check.z3.terms import Int
 from specround.sampling import exact
 from specround.sampling.types import SamplerBatch, SamplerDecision

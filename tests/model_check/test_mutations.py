@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from specround.model_check.check_results import single_threaded
 from specround.model_check.enumeration import FixtureEnumeration, enumerate_fixtures
+from specround.model_check.fixture_tables import FixtureTables, build_tables
 from specround.model_check.fixtures import named_fixtures, random_fixtures
 from specround.model_check.mutants import ORACLE_MUTATIONS, Mutation, mutation_named
-from specround.model_check.results import single_threaded
-from specround.model_check.tables import FixtureTables, build_tables
 
 # The check each mutation must trip besides the joint (the one that names the failure class).
 NAMED_CHECK = {

@@ -19,9 +19,9 @@ from specround.model_check.z3.coupling import (
     speculative_joint,
     target_joint,
 )
-from specround.model_check.z3.decisions import inverse_cdf_obligation
+from specround.model_check.z3.decision_proofs import inverse_cdf_obligation
+from specround.model_check.z3.proof_runner import ProofStatus, run_proof
 from specround.model_check.z3.proofs import Obligation, Proof, ProofKind
-from specround.model_check.z3.runner import ProofStatus, run_proof
 
 
 def value(term: z3.ExprRef) -> Fraction:

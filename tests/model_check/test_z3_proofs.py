@@ -8,8 +8,7 @@ import pytest
 import z3
 
 from specround.errors import InputError
-from specround.model_check.z3.proofs import Obligation, Proof, ProofKind, all_proofs
-from specround.model_check.z3.runner import (
+from specround.model_check.z3.proof_runner import (
     ProofStatus,
     format_results,
     main,
@@ -17,7 +16,8 @@ from specround.model_check.z3.runner import (
     run_proof,
     term_size,
 )
-from specround.model_check.z3.state import FAULT_POINTS
+from specround.model_check.z3.proofs import Obligation, Proof, ProofKind, all_proofs
+from specround.model_check.z3.protocol_state import FAULT_POINTS
 
 X = z3.Int("x")
 

@@ -14,9 +14,15 @@ import z3
 
 from specround.errors import InputError
 from specround.model_check.z3.hash_chain import ChainModel
+from specround.model_check.z3.proof_runner import ProofStatus, run_proof
 from specround.model_check.z3.proofs import Obligation, Proof, ProofKind
-from specround.model_check.z3.runner import ProofStatus, run_proof
-from specround.model_check.z3.state import NO_TXN, ProtocolConfig, ProtocolState, RoundInputs, fault_code
+from specround.model_check.z3.protocol_state import (
+    NO_TXN,
+    ProtocolConfig,
+    ProtocolState,
+    RoundInputs,
+    fault_code,
+)
 from specround.model_check.z3.transition import conforms, expected_post, state_values
 from specround.sampling.types import Layout
 from specround.statemachine.state import RequestConfig, RequestState, RngCounters

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from specround.bench.sampler import make_sampler_inputs
+from specround.bench.sampler_bench import make_sampler_inputs
 from specround.sampling.exact import decide
 from specround.sampling.types import PAD_ID, SamplerDecision
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from specround.bench.sampler import make_sampler_inputs
+from specround.bench.sampler_bench import make_sampler_inputs
 from specround.sampling import exact, fast_path
 from specround.sampling.exact import decide, decide_from_uniforms, round_uniforms
 from specround.sampling.fast_path import search_host

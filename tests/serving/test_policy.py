@@ -23,7 +23,7 @@ from specround.serving.policy import (
     FixedDraftLength,
     StepCosts,
 )
-from specround.serving.stats import AcceptanceStats, RoundOutcome
+from specround.serving.run_stats import AcceptanceStats, RoundOutcome
 from specround.statemachine.events import RoundTimings
 
 

@@ -28,8 +28,8 @@ import pytest
 from specround.adapters.llama import LlamaBundle, LlamaTarget, tiny_llama
 from specround.adapters.memory_log import MemoryEventLog
 from specround.adapters.proposers import ModelProposer, NGramProposer, early_exit_proposer
+from specround.model_check.chi_square import chi_square_test
 from specround.model_check.sequence_law import exact_sequence_law
-from specround.model_check.stats import chi_square_test
 from specround.sampling.processors import ProcessorChain, sampling_chain
 from specround.sampling.types import Layout
 from specround.serving import FixedDraftLength, GenerationRequest, ServingLoop

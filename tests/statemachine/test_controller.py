@@ -22,7 +22,7 @@ from specround.errors import (
     UnknownLayoutError,
     ZeroProposalProbabilityError,
 )
-from specround.sampling.processors.chain import ProcessorChain, sampling_chain
+from specround.sampling.processors.processor_chain import ProcessorChain, sampling_chain
 from specround.sampling.types import Layout
 from specround.statemachine.controller import RoundController
 from specround.statemachine.lifecycle import RoundPhase

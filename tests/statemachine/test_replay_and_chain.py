@@ -12,7 +12,7 @@ import torch
 from specround.adapters.memory_log import MemoryEventLog
 from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
 from specround.errors import LogIntegrityError
-from specround.statemachine.chain import ChainFindingKind, verify_chain
+from specround.statemachine.chain_verification import ChainFindingKind, verify_chain
 from specround.statemachine.controller import RoundController
 from specround.statemachine.ports import LogHead, StoredEvent
 from specround.statemachine.replay import replay_events, replay_request, replay_states

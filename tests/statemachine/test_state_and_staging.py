@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from specround.errors import InvalidRequestError, StagingValidationError
-from specround.sampling.processors.chain import sampling_chain
 from specround.sampling.processors.grammar import TokenGrammar
+from specround.sampling.processors.processor_chain import sampling_chain
 from specround.sampling.types import Layout
 from specround.statemachine.staging import open_snapshot, stage_kv, stage_successor
 from specround.statemachine.state import (

@@ -25,7 +25,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from specround.sampling.processors.chain import sampling_chain
+from specround.sampling.processors.processor_chain import sampling_chain
 from specround.sampling.types import Layout
 from specround.statemachine import invariants
 from specround.statemachine.controller import RoundController

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from specround.testing import SamplingSettings, TransformersLogits, conform
-from specround.testing.engine import EngineRequest
+from specround.testing.engine_contract import EngineRequest
 from tests.testing.hf_models import EOS, tiny_hf_pair
 
 pytest.importorskip("transformers")

@@ -18,7 +18,7 @@ import math
 
 import pytest
 
-from specround.model_check.stats import pool_cells
+from specround.model_check.chi_square import pool_cells
 from specround.testing import detectable_tv, distort, law_test, rejection_rate, target_law, tv_half_width
 from specround.testing.engines import ToyLM
 from specround.testing.law import CellLaw

@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Connection, Table
 
 from specround.adapters.sql import tables
-from specround.adapters.sql.errors import db_errors
+from specround.adapters.sql.driver_errors import db_errors
 from specround.adapters.sql.log import SqlEventLog
 from specround.errors import InvalidRequestError, LogIntegrityError
 from specround.signing import LogSigner

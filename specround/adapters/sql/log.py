@@ -30,7 +30,7 @@
   between them recomputed from the payloads. An edited body therefore shows as a last link that does not
   match, a removed, copied or moved row as a broken link, exactly as for one row per event; a body that
   cannot be read at all yields its five events with empty payloads (which no check accepts).
-* **Errors** from the driver never escape raw; see :mod:`specround.adapters.sql.errors`.
+* **Errors** from the driver never escape raw; see :mod:`specround.adapters.sql.driver_errors`.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from specround.adapters.fence import (
     plan_publish,
     prepare_round,
 )
+from specround.adapters.sql.driver_errors import db_errors, is_integrity_error, is_retryable
 from specround.adapters.sql.engine import (
     DEFAULT_BUSY_TIMEOUT_S,
     READ_ONLY,
@@ -62,7 +63,6 @@ from specround.adapters.sql.engine import (
     build_engine,
     parse_location,
 )
-from specround.adapters.sql.errors import db_errors, is_integrity_error, is_retryable
 from specround.adapters.sql.migrate import SchemaStatus, ensure_schema, schema_status
 from specround.adapters.sql.probe import SqliteFileKind, probe_sqlite_file
 from specround.adapters.sql.round_body import encode_round

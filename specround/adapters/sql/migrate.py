@@ -18,8 +18,8 @@ from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from sqlalchemy import Connection, Engine, text
 
+from specround.adapters.sql.driver_errors import db_errors
 from specround.adapters.sql.engine import READ_ONLY
-from specround.adapters.sql.errors import db_errors
 from specround.errors import SchemaVersionError
 
 __all__ = [

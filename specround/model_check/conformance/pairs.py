@@ -16,7 +16,7 @@ import z3
 
 from specround.errors import InputError, SpecroundError
 from specround.model_check.conformance.request_model import model_config_args, processed_tokens
-from specround.model_check.z3.state import NO_TXN, ProtocolConfig, ProtocolState, RoundInputs
+from specround.model_check.z3.protocol_state import NO_TXN, ProtocolConfig, ProtocolState, RoundInputs
 from specround.model_check.z3.transition import conforms as relation_conforms
 from specround.model_check.z3.transition import round_outcome, state_values
 from specround.statemachine.controller import RoundController

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from specround.errors import InputError
-from specround.model_check.z3.state import ProtocolConfig
+from specround.model_check.z3.protocol_state import ProtocolConfig
 from specround.statemachine.invariants import processors_after
 from specround.statemachine.ports import EventLog
 from specround.statemachine.state import RequestConfig, RequestState

@@ -23,7 +23,7 @@ from specround.model_check.conformance.pairs import Attempt, ConformancePair, Ha
 from specround.model_check.conformance.request_model import WITNESS_VOCAB, LogFactory, memory_log, seed_for
 from specround.model_check.conformance.witness import BranchKind, Witness, WitnessRound, witness
 from specround.model_check.random_rounds import seeded_random_input
-from specround.sampling.processors.chain import ProcessorChain
+from specround.sampling.processors.processor_chain import ProcessorChain
 from specround.sampling.types import Layout
 from specround.statemachine.controller import RoundController
 from specround.statemachine.faults import FaultPlan, FaultPoint, FaultRule

@@ -20,7 +20,7 @@ import torch
 from specround.model_check.conformance.pairs import Attempt, ConformancePair, Harness
 from specround.model_check.conformance.request_model import LogFactory, memory_log
 from specround.model_check.random_rounds import seeded_random_input
-from specround.sampling.processors.chain import ProcessorChain
+from specround.sampling.processors.processor_chain import ProcessorChain
 from specround.sampling.types import Layout
 from specround.statemachine import invariants
 from specround.statemachine.controller import RoundController

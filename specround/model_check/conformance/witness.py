@@ -26,7 +26,7 @@ from specround.model_check.conformance.request_model import (
     WITNESS_VOCAB,
 )
 from specround.model_check.z3.invariants import initial_state
-from specround.model_check.z3.state import ProtocolConfig, ProtocolState, RoundInputs
+from specround.model_check.z3.protocol_state import ProtocolConfig, ProtocolState, RoundInputs
 from specround.model_check.z3.transition import RoundOutcome, round_outcome
 from specround.sampling.types import Layout, TerminalKind
 from specround.statemachine.faults import NO_FAULT, FaultPoint

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from specround.adapters.llama.target import LlamaTarget
-from specround.model_check.mutants.base import Mutation, Scratch, Seam
+from specround.model_check.mutants.mutation import Mutation, Scratch, Seam
 from specround.sampling.types import Layout
 from specround.statemachine.model_ports import BranchHandle, VerifyRequest, VerifyResult
 

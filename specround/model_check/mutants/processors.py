@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from specround.adapters.proposers.model_draft import ModelProposer
-from specround.model_check.mutants.base import Mutation, Scratch, Seam
+from specround.model_check.mutants.mutation import Mutation, Scratch, Seam
 from specround.sampling.processors.penalties import TokenCountPenalty
 from specround.statemachine import step as step_module
 from specround.statemachine.staging import stage_kv, stage_successor

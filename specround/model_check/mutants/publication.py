@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from specround.adapters.memory_log import MemoryEventLog
-from specround.model_check.mutants.base import Mutation, Scratch, Seam
+from specround.model_check.mutants.mutation import Mutation, Scratch, Seam
 
 __all__ = ["PUBLICATION_MUTATIONS"]
 

@@ -25,8 +25,8 @@ import torch
 from specround.model_check import enumeration as enumeration_module
 from specround.model_check import montecarlo as montecarlo_module
 from specround.model_check.mutants import decisions as decision_mutations
-from specround.model_check.mutants.base import Mutation, Scratch, Seam
 from specround.model_check.mutants.decisions import DecisionFn
+from specround.model_check.mutants.mutation import Mutation, Scratch, Seam
 from specround.sampling import exact as exact_module
 from specround.sampling.exact import decide, decide_from_uniforms, round_uniforms
 from specround.sampling.fast_path import search_host

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import z3
 
-from specround.model_check.z3.state import (
+from specround.model_check.z3.protocol_state import (
     FIRST_FAULT,
     LAST_ABORTING_FAULT,
     LOST_ACK_FAULT,

@@ -4,7 +4,7 @@ Every proof is a :class:`Proof`: a name, the invariants / fault points / spec se
 and a function that builds its :class:`Obligation` (premises and a goal, as z3 terms). Each family (the
 coupling, the decisions, the protocol, the hash chain) registers its proofs with a :class:`ProofRegistry`,
 one call per proof; :func:`all_proofs` gathers the families and derives one refutation proof per mutation
-of the z3 model (:data:`specround.model_check.mutants.MODEL_MUTATIONS`). :mod:`.runner` decides them.
+of the z3 model (:data:`specround.model_check.mutants.MODEL_MUTATIONS`). :mod:`.proof_runner` decides them.
 
 Kinds and what "ok" means:
 
@@ -148,7 +148,7 @@ def all_proofs() -> tuple[Proof, ...]:
     """Every registered proof, in a stable order (coupling lemmas first, then the protocol, then mutants)."""
     from specround.model_check.mutants import MODEL_MUTATIONS
     from specround.model_check.z3.coupling import coupling_proofs
-    from specround.model_check.z3.decisions import decision_proofs
+    from specround.model_check.z3.decision_proofs import decision_proofs
     from specround.model_check.z3.hash_chain import chain_proofs
     from specround.model_check.z3.protocol_proofs import protocol_proofs
 

@@ -23,8 +23,7 @@ from specround.model_check.z3.invariants import (
     state_invariants,
 )
 from specround.model_check.z3.proofs import Obligation, Proof, ProofRegistry
-from specround.model_check.z3.regressions import register_regressions
-from specround.model_check.z3.state import (
+from specround.model_check.z3.protocol_state import (
     FAULT_POINTS,
     FIRST_FAULT,
     LAST_ABORTING_FAULT,
@@ -36,6 +35,7 @@ from specround.model_check.z3.state import (
     RoundInputs,
     fault_code,
 )
+from specround.model_check.z3.regressions import register_regressions
 from specround.model_check.z3.transition import round_outcome, round_relation, show_round
 from specround.sampling.types import Layout
 

@@ -15,7 +15,7 @@ import z3
 
 from specround.model_check.z3.invariants import initial_state
 from specround.model_check.z3.proofs import Obligation, ProofKind, ProofRegistry
-from specround.model_check.z3.state import (
+from specround.model_check.z3.protocol_state import (
     FAULT_POINTS,
     LOST_ACK_FAULT,
     MAX_MODEL_DRAFT,

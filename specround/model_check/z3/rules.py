@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import z3
 
-from specround.model_check.z3.state import ProtocolConfig, ProtocolState, RoundInputs
+from specround.model_check.z3.protocol_state import ProtocolConfig, ProtocolState, RoundInputs
 from specround.model_check.z3.terms import Bool, Int, TokenList
 
 __all__ = [

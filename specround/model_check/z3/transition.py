@@ -19,6 +19,15 @@ import z3
 
 from specround.errors import InputError
 from specround.model_check.z3.proofs import Shown
+from specround.model_check.z3.protocol_state import (
+    FIRST_FAULT,
+    LAST_ABORTING_FAULT,
+    LOST_ACK_FAULT,
+    NO_FAULT,
+    ProtocolConfig,
+    ProtocolState,
+    RoundInputs,
+)
 from specround.model_check.z3.rules import (
     CommitPlan,
     Emission,
@@ -32,15 +41,6 @@ from specround.model_check.z3.rules import (
     processed_after,
     rows_valid,
     terminal_draws,
-)
-from specround.model_check.z3.state import (
-    FIRST_FAULT,
-    LAST_ABORTING_FAULT,
-    LOST_ACK_FAULT,
-    NO_FAULT,
-    ProtocolConfig,
-    ProtocolState,
-    RoundInputs,
 )
 from specround.model_check.z3.terms import Bool, Int, TokenList, select
 from specround.sampling.types import Layout, TerminalKind

@@ -1,7 +1,5 @@
 """Declared, ordered, hashed logit processors and the chain that turns logits into processed rows."""
 
-from specround.sampling.processors.base import LogitProcessor, StopAutomaton
-from specround.sampling.processors.chain import ProcessorChain, sampling_chain
 from specround.sampling.processors.grammar import TokenGrammar
 from specround.sampling.processors.history import BannedSequences, MinLength, NoRepeatNGram, SuppressTokens
 from specround.sampling.processors.penalties import (
@@ -10,6 +8,8 @@ from specround.sampling.processors.penalties import (
     RepetitionPenalty,
     TokenCountPenalty,
 )
+from specround.sampling.processors.processor import LogitProcessor, StopAutomaton
+from specround.sampling.processors.processor_chain import ProcessorChain, sampling_chain
 from specround.sampling.processors.registry import PROCESSOR_KINDS, build_processor, processor_from_spec
 from specround.sampling.processors.stateless import Greedy, LogitBias, MinP, Temperature, TopK, TopP
 from specround.sampling.processors.stop import StopSequences

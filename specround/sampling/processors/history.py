@@ -22,8 +22,8 @@ from typing import Any, ClassVar, Self
 import torch
 
 from specround.errors import InvalidProcessorError
-from specround.sampling.processors.base import LogitProcessor
 from specround.sampling.processors.params import check_keys, integer, token_id
+from specround.sampling.processors.processor import LogitProcessor
 
 __all__ = ["BannedSequences", "MinLength", "NoRepeatNGram", "SuppressTokens"]
 

@@ -7,10 +7,10 @@ from types import MappingProxyType
 from typing import Any
 
 from specround.errors import InvalidProcessorError
-from specround.sampling.processors.base import LogitProcessor
 from specround.sampling.processors.grammar import TokenGrammar
 from specround.sampling.processors.history import BannedSequences, MinLength, NoRepeatNGram, SuppressTokens
 from specround.sampling.processors.penalties import FrequencyPenalty, PresencePenalty, RepetitionPenalty
+from specround.sampling.processors.processor import LogitProcessor
 from specround.sampling.processors.stateless import Greedy, LogitBias, MinP, Temperature, TopK, TopP
 from specround.sampling.processors.stop import StopSequences
 from specround.sampling.processors.stop_strings import StopStrings

@@ -19,8 +19,8 @@ from typing import Any, ClassVar, Self
 import torch
 
 from specround.errors import InvalidProcessorError
-from specround.sampling.processors.base import LogitProcessor, StopAutomaton
 from specround.sampling.processors.params import check_keys, token_id
+from specround.sampling.processors.processor import LogitProcessor, StopAutomaton
 
 __all__ = ["StopSequences"]
 

@@ -24,8 +24,8 @@ from enum import StrEnum
 
 import torch
 
-from specround.sampling.processors.chain import ProcessorChain
-from specround.testing.engine import EngineRequest
+from specround.sampling.processors.processor_chain import ProcessorChain
+from specround.testing.engine_contract import EngineRequest
 from specround.testing.engines.reference import ReferenceEngine, RequestRun
 from specround.testing.models import LogitsModel
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 import torch
 
 from specround.sampling.exact import degenerate_residual_tolerance, inverse_cdf
-from specround.sampling.processors.chain import ProcessorChain
+from specround.sampling.processors.processor_chain import ProcessorChain
 from specround.sampling.rng import uniforms
 from specround.sampling.types import Stream
-from specround.testing.engine import EngineRequest, RoundTrace
+from specround.testing.engine_contract import EngineRequest, RoundTrace
 from specround.testing.models import LogitsModel, logits_after
 
 __all__ = ["ReferenceEngine", "RequestRun"]

@@ -136,7 +136,7 @@ def conform_transformers(
     except SpecroundError as exc:
         typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
         raise typer.Exit(2) from exc
-    from specround.testing.render import render_report, report_json
+    from specround.testing.conform_console import render_report, report_json
 
     if as_json:
         typer.echo(report_json(report))

@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from specround.audit.report import AuditFinding
+from specround.audit.audit_report import AuditFinding
 from specround.sampling.exact import accepts
-from specround.sampling.processors.base import StopAutomaton
+from specround.sampling.processors.processor import StopAutomaton
 from specround.sampling.rng import uniforms
 from specround.sampling.types import Stream
 from specround.statemachine.invariants import emission_respects_stops

@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from specround.serving.run_stats import RoundOutcome
 from specround.serving.session import GenerationReport, GenerationSession
-from specround.serving.stats import RoundOutcome
 from specround.telemetry.observation import RoundRecorder
 
 __all__ = ["acceptance_table", "generation_progress", "run_with_progress"]

@@ -4,7 +4,7 @@ The runner decides each proof's obligation and returns a :class:`ProofResult` wi
 solver's statistics, the size of the query and the wall time; what each status means for each kind is in
 :mod:`.proofs`.
 
-Run ``python -m specround.model_check.z3.runner`` for a table of every proof with its time and size.
+Run ``python -m specround.model_check.z3.proof_runner`` for a table of every proof with its time and size.
 """
 
 from __future__ import annotations
@@ -272,6 +272,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":  # pragma: no cover - exercised through main()
     # Run the package module's main: under ``python -m`` this file is also loaded as ``__main__``, whose
     # classes are distinct from the ones the proof modules import.
-    from specround.model_check.z3.runner import main as _package_main
+    from specround.model_check.z3.proof_runner import main as _package_main
 
     sys.exit(_package_main())

@@ -16,7 +16,7 @@ from transformers import GenerationConfig
 from specround.adapters.memory_log import MemoryEventLog
 from specround.errors import InvalidRequestError, UnsupportedGenerationConfigError
 from specround.hf import generate
-from specround.hf.config import settings_from_config
+from specround.hf.generation_settings import settings_from_config
 from specround.hf.processors import build_chain
 from tests.hf._models import tiny_llama
 

@@ -8,7 +8,7 @@ import math
 from rich.console import Console
 from rich.table import Table
 
-from specround.testing.results import ConformanceReport
+from specround.testing.verdicts import ConformanceReport
 
 __all__ = ["render_report", "report_json"]
 

@@ -17,8 +17,8 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 from rich.text import Text
 
-from specround.model_check.report import CheckReport
-from specround.model_check.report import Progress as ProgressCallback
+from specround.model_check.check_suite import CheckReport
+from specround.model_check.check_suite import Progress as ProgressCallback
 
 __all__ = ["progress_bar", "render_report"]
 

@@ -1,6 +1,6 @@
 """White-box round checks: every recorded round re-derived from the models, by name.
 
-Each check takes the traces of some requests (:class:`~specround.testing.engine.RoundTrace`, one per
+Each check takes the traces of some requests (:class:`~specround.testing.engine_contract.RoundTrace`, one per
 round) and returns the violations it found as readable strings:
 
 * ``q-sampled`` (:func:`check_q_sampled`): the q rows the engine reported are the distributions that
@@ -31,7 +31,7 @@ import torch
 from specround.errors import InputError
 from specround.sampling.exact import decide_from_uniforms
 from specround.sampling.types import SamplerBatch
-from specround.testing.engine import EngineRequest, RoundTrace
+from specround.testing.engine_contract import EngineRequest, RoundTrace
 from specround.testing.models import LogitsModel, logits_after
 
 __all__ = [

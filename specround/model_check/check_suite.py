@@ -1,7 +1,7 @@
 """``specround check``: the exact oracle, Monte Carlo, the ledger, the z3 proofs, conformance and the lab.
 
-:func:`run_checks` returns a :class:`CheckReport` of named rows (:class:`~.results.CheckResult`) plus the
-details of each part that ran. Parts (:data:`PARTS`, selected with :attr:`CheckOptions.parts`):
+:func:`run_checks` returns a :class:`CheckReport` of named rows (:class:`~.check_results.CheckResult`)
+plus the details of each part that ran. Parts (:data:`PARTS`, selected with :attr:`CheckOptions.parts`):
 
 ``oracle``
     The exact enumeration oracle on the named and random fixtures (one row per check for named fixtures,
@@ -32,16 +32,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specround.model_check.check_results import CheckResult, single_threaded
 from specround.model_check.coverage import CoverageRow, build_coverage, default_tests_directory
 from specround.model_check.enumeration import FixtureEnumeration, enumerate_fixtures
+from specround.model_check.fixture_tables import FixtureTables, build_tables
 from specround.model_check.fixtures import named_fixtures, random_fixtures
 from specround.model_check.ledger_checks import enumeration_ledger_checks, ledger_checks
 from specround.model_check.montecarlo import ALTERNATIVE, DEFAULT_ALPHA, run_monte_carlo
 from specround.model_check.mutants import ORACLE_MUTATIONS, mutation_named
-from specround.model_check.results import CheckResult, single_threaded
-from specround.model_check.tables import FixtureTables, build_tables
 from specround.model_check.worked_examples import summary_checks, three_symbol_checks
-from specround.model_check.z3.runner import DEFAULT_TIMEOUT_S, ProofResult
+from specround.model_check.z3.proof_runner import DEFAULT_TIMEOUT_S, ProofResult
 
 __all__ = ["PARTS", "CheckOptions", "CheckReport", "Progress", "run_checks"]
 
@@ -257,8 +257,8 @@ def _fixture_parts(opts: CheckOptions, report: CheckReport, tick: Progress) -> N
 
 def _proof_part(opts: CheckOptions, report: CheckReport, tick: Progress) -> None:
     """Part ``proofs``: every registered proof, one summary row and a row per failing proof."""
+    from specround.model_check.z3.proof_runner import run_all_proofs
     from specround.model_check.z3.proofs import all_proofs
-    from specround.model_check.z3.runner import run_all_proofs
 
     started = time.perf_counter()
     total = len(all_proofs())

@@ -23,9 +23,9 @@ from specround.errors import (
     NonFiniteProbabilityError,
     ShapeMismatchError,
 )
-from specround.sampling.processors.base import LogitProcessor, StopAutomaton
 from specround.sampling.processors.grammar import TokenGrammar
 from specround.sampling.processors.penalties import FrequencyPenalty, PresencePenalty, RepetitionPenalty
+from specround.sampling.processors.processor import LogitProcessor, StopAutomaton
 from specround.sampling.processors.registry import processor_from_spec
 from specround.sampling.processors.stateless import Greedy, LogitBias, MinP, Temperature, TopK, TopP
 from specround.sampling.processors.stop import StopSequences

@@ -15,10 +15,10 @@ from typing import Any
 
 import z3
 
-from specround.model_check.mutants.base import Mutation, Scratch, Seam
+from specround.model_check.mutants.mutation import Mutation, Scratch, Seam
 from specround.model_check.z3 import rules, transition
+from specround.model_check.z3.protocol_state import ProtocolConfig, ProtocolState, RoundInputs
 from specround.model_check.z3.rules import CommitPlan, Emission, Publication
-from specround.model_check.z3.state import ProtocolConfig, ProtocolState, RoundInputs
 from specround.model_check.z3.terms import Bool, Int, TokenList
 from specround.sampling.types import Layout
 

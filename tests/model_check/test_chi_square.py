@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specround.model_check.stats import (
+from specround.model_check.chi_square import (
     MIN_EXPECTED,
     chi2_critical,
     chi2_sf,

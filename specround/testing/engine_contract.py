@@ -8,7 +8,7 @@ a function of its own prompt, settings and seed, whatever else is in the batch.
 Engines that expose their rounds also implement :class:`TracingEngine`: one request, run alone, with a
 :class:`RoundTrace` per round holding what the engine used (drafts, the q rows that sampled them, the
 target's p rows, what it emitted and, when it has them, the uniforms it drew). The white-box checks of
-:mod:`specround.testing.rounds` re-derive each of those from the models themselves.
+:mod:`specround.testing.round_checks` re-derive each of those from the models themselves.
 """
 
 from __future__ import annotations

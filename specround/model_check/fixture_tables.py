@@ -1,6 +1,6 @@
 """Processed rows of a fixture, the target joint over the horizon, and the round's inputs per draft path.
 
-Every row comes from the real :class:`~specround.sampling.processors.chain.ProcessorChain`:
+Every row comes from the real :class:`~specround.sampling.processors.processor_chain.ProcessorChain`:
 
 * the **target tree** holds the processed target row at every prefix the target itself can reach (a clone
   of the round-start chain advanced over the prefix, then :meth:`ProcessorChain.distribution`), with the
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from specround.model_check.fixtures import OracleFixture
-from specround.sampling.processors.chain import ProcessorChain
+from specround.sampling.processors.processor_chain import ProcessorChain
 from specround.sampling.softmax import SoftmaxBackend
 
 __all__ = [
