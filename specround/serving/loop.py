@@ -128,6 +128,19 @@ class _Round:
     rows_s: float = 0.0
     frontier_rows: int = 0
     result: RoundResult | None = None
+    submitted: bool = False
+    """Pipelined loop: the round was staged and its K/V instruction already executed."""
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """A step's rounds after steps 1-5, with their time ledger."""
+
+    rounds: list[_Round]
+    drafting: list[_Round]
+    times: StepTimes
+    work: list[RoundWork]
+    timings: list[RoundTimings]
 
 
 class ServingLoop:
@@ -300,12 +313,25 @@ class ServingLoop:
     # --- the step ---------------------------------------------------------------------------------------
 
     def _step(self, gap: float) -> list[RoundOutcome]:
+        prepared = self._prepare(gap, list(self._requests.values()))
+        if prepared is None:
+            return []
+        t0 = self._clock()
+        results = self._publish(prepared.rounds, prepared.timings)
+        controller_s = self._clock() - t0
+        outcomes, state_costs = self._settle_all(prepared.rounds, results, prepared.timings, controller_s)
+        self._live = []
+        self._observe(prepared, outcomes, state_costs)
+        return outcomes
+
+    def _prepare(self, gap: float, requests: list[_Request]) -> _Prepared | None:
+        """Steps 1-5 for ``requests`` (after any resync and prefill); None when there is nothing to run."""
         if self._dirty:
             self._resync_all()
+            requests = [r for r in requests if r.request_id in self._requests]
         self._prefill_new()
-        requests = list(self._requests.values())
         if not requests:
-            return []
+            return None
         rounds = self._plan_rounds(requests)
         self._live = rounds
         frontier_s = self._materialize_frontiers(rounds)
@@ -323,22 +349,22 @@ class ServingLoop:
             )
             for r in rounds
         ]
-        timings = share_out(times, work)
-        t0 = self._clock()
-        results = self._publish(rounds, timings)
-        controller_s = self._clock() - t0
-        outcomes, state_costs = self._settle_all(rounds, results, timings, controller_s)
-        self._live = []
+        return _Prepared(rounds, drafting, times, work, share_out(times, work))
+
+    def _observe(
+        self, prepared: _Prepared, outcomes: list[RoundOutcome], state_costs: list[tuple[int, float]]
+    ) -> None:
+        """Step 8: the draft-length policy observes the step's outcomes and costs."""
+        drafting, times, work = prepared.drafting, prepared.times, prepared.work
         self.policy.observe(
             outcomes,
             StepCosts(
-                draft=(max(r.k for r in drafting), draft_s) if drafting and self.proposer else None,
+                draft=(max(r.k for r in drafting), times.draft_s) if drafting and self.proposer else None,
                 verify_calls=verify_calls(times, work),
                 states=tuple(state_costs),
-                gap_s=gap,
+                gap_s=times.gap_s,
             ),
         )
-        return outcomes
 
     def _plan_rounds(self, requests: Sequence[_Request]) -> list[_Round]:
         """Step 1: each request's K from the policy, capped by its budget and context room."""
@@ -460,7 +486,14 @@ class ServingLoop:
         return rnd.verified
 
     def _publish(self, rounds: Sequence[_Round], timings: Sequence[RoundTimings]) -> list[RoundResult]:
-        """One controller step over the batch tensors: drafts, q and p padded to the step's widest draft."""
+        """Step 6: one controller step over the batch tensors (decide, stage, publish)."""
+        args, options = self._batch_inputs(rounds, timings)
+        return self.controller.step_batch(*args, **options).results()
+
+    def _batch_inputs(
+        self, rounds: Sequence[_Round], timings: Sequence[RoundTimings]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The batch step's arguments: drafts, q and p padded to the step's widest draft, per-row options."""
         width = max(len(r.drafts) for r in rounds)
         first = rounds[0].p_rows
         assert first is not None
@@ -477,18 +510,15 @@ class ServingLoop:
                 q[b, :k] = rnd.q_rows
                 draft_ids[b, :k] = torch.tensor(rnd.drafts, dtype=torch.int64)
         verified = [r.verified for r in rounds]
-        return self.controller.step_batch(
-            [r.req.request_id for r in rounds],
-            draft_ids,
-            torch.tensor([len(r.drafts) for r in rounds], dtype=torch.int64),
-            q,
-            p,
-            coordinate_digests=[r.digest for r in rounds],
-            proposal_draws=[r.proposal.proposal_draws if r.proposal is not None else 0 for r in rounds],
-            branches=[v.branch if v is not None else None for v in verified],
-            verify_rows=[v.computed_rows if v is not None else None for v in verified],
-            timings=timings,
-        ).results()
+        lens = torch.tensor([len(r.drafts) for r in rounds], dtype=torch.int64)  # [B]
+        options: dict[str, Any] = {
+            "coordinate_digests": [r.digest for r in rounds],
+            "proposal_draws": [r.proposal.proposal_draws if r.proposal is not None else 0 for r in rounds],
+            "branches": [v.branch if v is not None else None for v in verified],
+            "verify_rows": [v.computed_rows if v is not None else None for v in verified],
+            "timings": timings,
+        }
+        return ([r.req.request_id for r in rounds], draft_ids, lens, q, p), options
 
     def _settle(self, rnd: _Round, result: RoundResult, timing: RoundTimings) -> RoundOutcome | None:
         """Execute one round's K/V instruction and bookkeeping; returns its outcome when it published."""
@@ -497,30 +527,10 @@ class ServingLoop:
         assert rnd.verified is not None
         branch: BranchHandle = rnd.verified.branch
         if result.status in (RoundStatus.PUBLISHED, RoundStatus.ACKNOWLEDGED):
-            assert result.kv is not None and result.state is not None and result.commit is not None
+            assert result.kv is not None and result.state is not None
             self.target.commit(rid, branch, result.kv.keep)  # INV-5: [F_0] + accepted drafts, nothing else
-            state = result.state
-            req.state = state
-            req.fault_retries = 0
-            if not state.finished and self.proposer is not None:
-                self.proposer.on_published(rid, state.output, len(state.cache))
-            before, after = result.commit.rng_before, result.commit.rng_after
-            outcome = RoundOutcome(
-                request_id=rid,
-                generation=result.generation,
-                requested_k=rnd.k,
-                drafted=len(rnd.drafts),
-                accepted=result.accepted,
-                reached=after[1] - before[1],
-                emitted_ids=result.emitted_ids,
-                terminal=result.terminal or "bonus",
-                finished=result.finished,
-                finish_reason=result.finish_reason,
-                timings=timing,
-            )
-            req.stats.add(outcome)
-            self.stats.add(outcome)
-            return outcome
+            self._moved_on(req, result.state)
+            return self._published_outcome(rnd, result, timing)
         if result.status is RoundStatus.UNACKNOWLEDGED:
             # Published, but the acknowledgement was lost after publication (F-6): the controller holds the
             # published successor; re-synchronise the target's rows with it from scratch.
@@ -532,14 +542,47 @@ class ServingLoop:
             return None
         # ABORTED: nothing was published; the round-start state stays authoritative (INV-7).
         self.target.discard(rid, branch)
+        self._aborted(req, result)
+        return None
+
+    def _moved_on(self, req: _Request, state: RequestState) -> None:
+        """The request's state after its round's K/V instruction ran; the proposer hears of it."""
+        req.state = state
+        if not state.finished and self.proposer is not None:
+            self.proposer.on_published(req.request_id, state.output, len(state.cache))
+
+    def _published_outcome(self, rnd: _Round, result: RoundResult, timing: RoundTimings) -> RoundOutcome:
+        """The outcome of a durable round, counted in the request's and the loop's statistics."""
+        assert result.commit is not None
+        before, after = result.commit.rng_before, result.commit.rng_after
+        outcome = RoundOutcome(
+            request_id=rnd.req.request_id,
+            generation=result.generation,
+            requested_k=rnd.k,
+            drafted=len(rnd.drafts),
+            accepted=result.accepted,
+            reached=after[1] - before[1],
+            emitted_ids=result.emitted_ids,
+            terminal=result.terminal or "bonus",
+            finished=result.finished,
+            finish_reason=result.finish_reason,
+            timings=timing,
+        )
+        rnd.req.fault_retries = 0
+        rnd.req.stats.add(outcome)
+        self.stats.add(outcome)
+        return outcome
+
+    def _aborted(self, req: _Request, result: RoundResult) -> None:
+        """An aborted round: an injected fault is retried (a few times); any other abort fails the request."""
+        rid = req.request_id
         error = result.error or InvalidRequestError(f"round of {rid!r} aborted")
         if isinstance(error, InjectedFaultError) and req.fault_retries < MAX_FAULT_RETRIES:
             req.fault_retries += 1
-            return None
+            return
         self.errors[rid] = error
         self._release(rid)
         self._requests.pop(rid, None)
-        return None
 
     # --- helpers ------------------------------------------------------------------------------------------
 

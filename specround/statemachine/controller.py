@@ -374,8 +374,9 @@ class RoundController:
             verify_rows,
         )
         try:
-            pending = PendingStep(self, ids, step.width, step.decisions())
             submitted = step.submit(self._writer.submit)
+            # After the hand-over: a round aborted at F-5 has no decision for the engine to act on.
+            pending = PendingStep(self, ids, step.width, step.decisions() if submitted else [None] * len(ids))
         except BaseException:
             step.abort("the step failed before its write was handed over")
             raise

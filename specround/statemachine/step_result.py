@@ -172,6 +172,11 @@ class PendingStep:
         self._result: StepResult | None = None
 
     @property
+    def decisions(self) -> tuple[RowDecision | None, ...]:
+        """Per row: its staged decision, or None for a row refused or aborted before its write."""
+        return self._decisions
+
+    @property
     def submitted(self) -> list[bool]:
         """Per row: whether its round reached staging and was handed to the writer."""
         return [d is not None for d in self._decisions]

@@ -93,8 +93,11 @@ class PublicationWriter:
                     self.busy_s += time.perf_counter() - start
         for i, outcome in zip(kept, written, strict=True):
             outcomes[i] = outcome
-            if outcome.status not in _DURABLE:
-                failed.add((outcome.request_id, outcome.round_id))
+            key = (outcome.request_id, outcome.round_id)
+            if outcome.status in _DURABLE:  # a retry under a failed round's id made it durable after all
+                failed.discard(key)
+            else:
+                failed.add(key)
         return [o for o in outcomes if o is not None]
 
     @contextmanager

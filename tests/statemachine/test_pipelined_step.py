@@ -132,3 +132,51 @@ def test_a_synchronous_step_waits_for_the_submitted_ones() -> None:
     assert handed.done and handed.wait().published.all() and out.published.all()
     assert [ctl.state(r).generation for r in ids] == [2, 2]
     ctl.close()
+
+
+def test_a_round_aborted_at_f5_hands_the_engine_no_decision() -> None:
+    """F-5 fires while the write is handed over: that row must carry no K/V instruction to act on."""
+    from specround.statemachine.faults import FaultPlan, FaultPoint
+
+    plan = FaultPlan.at(FaultPoint.BEFORE_PUBLICATION, request_ids=["r1"])
+    ctl = RoundController(MemoryEventLog(), faults=plan)
+    ids = _open(ctl, 3)
+    pending = ctl.submit_batch(ids, *_rows(3, seed=4))
+    assert plan.fired
+    assert pending.submitted == [True, False, True]
+    assert pending.decisions[1] is None and pending.decisions[0] is not None
+    assert int(pending.keep[1]) == 0
+    results = pending.wait()
+    assert [r.status for r in results] == [RoundStatus.PUBLISHED, RoundStatus.ABORTED, RoundStatus.PUBLISHED]
+    assert ctl.state("r1").generation == 0
+
+
+def test_a_step_whose_every_round_aborts_at_f5_hands_over_nothing() -> None:
+    from specround.statemachine.faults import FaultPlan, FaultPoint
+
+    plan = FaultPlan.at(FaultPoint.BEFORE_PUBLICATION, times=None)
+    ctl = RoundController(MemoryEventLog(), faults=plan)
+    ids = _open(ctl, 2)
+    pending = ctl.submit_batch(ids, *_rows(2, seed=5))
+    assert pending.done and pending.decisions == (None, None)
+    assert [r.status for r in pending.wait()] == [RoundStatus.ABORTED, RoundStatus.ABORTED]
+
+
+def test_a_retried_round_that_becomes_durable_is_a_parent_again() -> None:
+    """Round ids are derived, so a retry reuses the failed round's id; once durable, rounds built on it
+    are written, not dropped as built on a failure."""
+    log = GatedLog()
+    log.fail = {0}
+    ctl = RoundController(log)
+    ids = _open(ctl, 2)
+    rows = _rows(2, seed=6)
+    first = ctl.submit_batch(ids, *rows).wait()
+    assert [r.status for r in first] == [RoundStatus.ABORTED, RoundStatus.ABORTED]
+    gate = log.gates[1] = threading.Event()  # the retry's write waits until the child is submitted
+    retry = ctl.submit_batch(ids, *rows)  # the same rows from the same state: the same round ids
+    child = ctl.submit_batch(ids, *_rows(2, seed=7))  # built on the retry while its write is pending
+    gate.set()
+    assert [r.round_id for r in retry.wait()] == [r.round_id for r in first]
+    assert all(r.status is RoundStatus.PUBLISHED for r in retry.wait())
+    assert all(r.status is RoundStatus.PUBLISHED for r in child.wait())
+    assert audit_log(log).ok
