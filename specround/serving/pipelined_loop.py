@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specround.serving.loop import ServingLoop, _Prepared, _Round
-from specround.serving.stats import RoundOutcome
+from specround.serving.run_stats import RoundOutcome
 from specround.statemachine.events import RoundTimings
 from specround.statemachine.rounds import RoundResult, RoundStatus
 from specround.statemachine.step_result import PendingStep
