@@ -662,6 +662,9 @@ def bench_e2e(
         help="specround (the compact Llama's serving loop) | transformers (specround.hf.generate against "
         "transformers' generate, greedy, B = 1 and B = 4).",
     ),
+    pipelined: bool = typer.Option(
+        False, "--pipelined", help="Also run plain and K=auto cases on the pipelined serving loop."
+    ),
 ) -> None:
     """End-to-end tokens/s: plain decode, every proposer (fixed K, auto) and transformers, in one run."""
     from pathlib import Path
@@ -702,6 +705,7 @@ def bench_e2e(
             prompts_dir=Path(prompts) if prompts else None,
             threads=threads,
             seed=seed,
+            pipelined=pipelined,
             progress=lambda line: typer.echo(line, err=True),
         )
     except SpecroundError as exc:
@@ -755,6 +759,11 @@ def generate(
         None, "--key", help="Sign every head with the HMAC key in this file (env SPECROUND_LOG_KEY)."
     ),
     threads: int | None = typer.Option(None, "--threads", min=1, help="Torch intra-op threads."),
+    pipelined: bool = typer.Option(
+        False,
+        "--pipelined/--synchronous",
+        help="Write each round's log entry while the next round runs (tokens still appear only once logged).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text and table."),
     metrics_port: int | None = typer.Option(
         None,
@@ -797,6 +806,7 @@ def generate(
         log=log,
         chat=not raw,
         key_file=key,
+        pipelined=pipelined,
     )
     if engine not in ("specround", "transformers"):
         typer.echo(f"error: --engine must be specround or transformers, got {engine!r}", err=True)

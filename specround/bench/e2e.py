@@ -14,6 +14,9 @@ every temperature (greedy and 0.7 by default):
 ``specround <draft> K=<k>`` and ``specround <draft> K=auto``
     Each proposer (n-gram lookup, early exit, the target's bfloat16-rounded copy as draft model) with the
     fixed K and with the adaptive policy.
+``specround plain pipelined`` and ``specround <draft> K=auto pipelined`` (with ``pipelined``)
+    The same as the synchronous cases on the pipelined loop: each round's write runs while the next round
+    drafts and verifies. The gain is a wall-clock one (the CPU work is the same); compare the wall ratios.
 ``transformers plain``, ``transformers prompt-lookup K=<k>``, ``transformers assistant K=<k>``
     ``model.generate`` on the same prompt ids, K and sampling (``prompt_lookup_num_tokens=K`` with
     ``max_matching_ngram_size=3`` like our lookup; ``assistant_model`` = the same bfloat16-rounded copy,
@@ -60,6 +63,7 @@ from specround.serving.drafts import (
     vocabulary_digest,
 )
 from specround.serving.loop import GenerationRequest, ServingLoop
+from specround.serving.pipelined_loop import PipelinedServingLoop
 from specround.serving.policy import AdaptiveDraftLength, DraftLengthPolicy, FixedDraftLength
 from specround.serving.run_stats import AcceptanceStats, RoundOutcome
 from specround.statemachine.model_ports import Proposer
@@ -188,6 +192,8 @@ class _Case:
     engine: str
     draft: str | None
     k: str
+    pipelined: bool = False
+    """Run the specround case on :class:`~specround.serving.pipelined_loop.PipelinedServingLoop`."""
 
 
 @dataclass(slots=True)
@@ -239,7 +245,8 @@ class _Specround:
         else:
             policy = FixedDraftLength(int(case.k) if case.k != "auto" else 0)
         rounds: list[RoundOutcome] = []
-        loop = ServingLoop(
+        kind = PipelinedServingLoop if case.pipelined else ServingLoop
+        loop = kind(
             self.controller, self.target, proposer, policy=policy, layout=self.layout, on_round=rounds.append
         )
         self._runs += 1
@@ -255,6 +262,7 @@ class _Specround:
             )
         )
         loop.run()
+        loop.close()
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         return _Sample(len(loop.state(rid).generated), seconds, cpu, rounds)
 
@@ -403,6 +411,9 @@ def _summarise(
 AA_CASE = "specround plain (A/A)"
 """The control case: plain decoding again (its ratio to ``specround plain`` is the run's noise)."""
 
+PIPELINED_CASE = "specround plain pipelined"
+"""Plain decoding with each round's write pipelined behind the next round (its ``vs_plain`` is the gain)."""
+
 
 def _counterpart(case: _Case, k: int) -> str | None:
     """The transformers case with the same draft and K as a specround case."""
@@ -431,6 +442,7 @@ def run_e2e_bench(
     prompts_dir: Path | None = None,
     threads: int | None = 1,
     seed: int = 0,
+    pipelined: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> E2EReport:
     """Run every case (see the module docstring) and return the report."""
@@ -454,9 +466,15 @@ def run_e2e_bench(
         for cls, prompts in prompts_by_class.items()
     }
     cases = [_Case("specround plain", "specround", None, "0"), _Case(AA_CASE, "specround", None, "0")]
+    if pipelined:
+        cases.append(_Case(PIPELINED_CASE, "specround", None, "0", pipelined=True))
     for draft in drafts:
         cases.append(_Case(f"specround {draft} K={k}", "specround", draft, str(k)))
         cases.append(_Case(f"specround {draft} K=auto", "specround", draft, "auto"))
+        if pipelined:
+            cases.append(
+                _Case(f"specround {draft} K=auto pipelined", "specround", draft, "auto", pipelined=True)
+            )
     specs = {d: parse_draft_spec(d) for d in drafts}
     lookup = next((d for d, s in specs.items() if s.kind == "ngram"), None)
     copy_draft = next((d for d, s in specs.items() if s.kind == "copy" and s.dtype == torch.bfloat16), None)

@@ -41,6 +41,7 @@ from specround.serving.drafts import (
     vocabulary_digest,
 )
 from specround.serving.loop import GenerationRequest, ServingLoop
+from specround.serving.pipelined_loop import PipelinedServingLoop
 from specround.serving.policy import (
     MAX_DRAFT_LENGTH,
     AdaptiveDraftLength,
@@ -94,6 +95,10 @@ class GenerateOptions:
     """Wrap the prompt in the model's chat template as one user message."""
     key_file: str | None = None
     """Sign the log's heads with the HMAC key in this file (else ``SPECROUND_LOG_KEY``, if set)."""
+    pipelined: bool = False
+    """Write each round's log entry while the next round drafts and verifies
+    (:class:`~specround.serving.pipelined_loop.PipelinedServingLoop`); tokens still appear only once their
+    round is in the log."""
 
 
 def parse_draft_length(value: str) -> int | None:
@@ -279,7 +284,8 @@ class GenerationSession:
         log = SqlEventLog.open(self.log_location.connect_target(), signer=self.signer)
         try:
             controller = RoundController(log)
-            loop = ServingLoop(
+            kind = PipelinedServingLoop if self.options.pipelined else ServingLoop
+            loop = kind(
                 controller,
                 self.target,
                 self.proposer,
@@ -303,6 +309,7 @@ class GenerationSession:
                 loop.run()
             finally:
                 loop.close()
+                controller.close()
             tail = stream.flush()
             if tail and on_text is not None:
                 on_text(tail)

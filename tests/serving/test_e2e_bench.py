@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from specround.bench.e2e import AA_CASE, default_prompts_dir, load_prompt_classes, run_e2e_bench
+from specround.bench.e2e import (
+    AA_CASE,
+    PIPELINED_CASE,
+    default_prompts_dir,
+    load_prompt_classes,
+    run_e2e_bench,
+)
 from specround.errors import InvalidRequestError
 
 
@@ -47,3 +53,25 @@ def test_a_tiny_run_reports_every_case(tmp_path: Path) -> None:
     assert any("K=auto / plain decode" in n for n in names)
     assert any(n.startswith("best specround case") for n in names)
     assert report.all_targets_met == all(t.met for t in report.targets)
+
+
+def test_the_pipelined_cases_generate_the_same_tokens(tmp_path: Path) -> None:
+    (tmp_path / "copy.txt").write_text("Copy exactly: one two three four five.\n")
+    report = run_e2e_bench(
+        classes=["copy"],
+        temperatures=[0.7],
+        drafts=["ngram"],
+        k=2,
+        max_tokens=6,
+        repeats=1,
+        skip_hf=True,
+        prompts_dir=tmp_path,
+        threads=1,
+        pipelined=True,
+    )
+    by_case = {r.case: r for r in report.results}
+    assert PIPELINED_CASE in by_case and "specround ngram K=auto pipelined" in by_case
+    plain, piped = by_case["specround plain"], by_case[PIPELINED_CASE]
+    assert piped.samples == plain.samples == 1 and piped.vs_plain is not None and piped.vs_plain > 0
+    assert piped.generated_tokens == plain.generated_tokens  # the same seeded draws, the same tokens
+    assert report.log_audited_clean is True

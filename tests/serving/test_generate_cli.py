@@ -164,3 +164,20 @@ def test_draft_cost_hints_follow_the_weights_streamed(tiny) -> None:  # type: ig
     assert hint("none") is None
     assert hint("early-exit:1") == pytest.approx((block + head) / (layers * block + head))
     assert hint("model:bf16") == 1.0
+
+
+@pytest.mark.real_model
+def test_a_pipelined_run_writes_the_same_text_and_rounds(tmp_path: Path) -> None:
+    """``--pipelined`` changes when each round is written, never what is generated or logged."""
+    reports = []
+    for mode in ("--synchronous", "--pipelined"):
+        log = tmp_path / f"run{mode}.sqlite"
+        args = ["generate", "Count: one, two, three,", "--temperature", "0.8", "--seed", "3"]
+        result = runner.invoke(app, [*args, "--max-tokens", "16", mode, "--log", str(log), "--json"])
+        assert result.exit_code == 0, result.stderr
+        reports.append(json.loads(result.stdout))
+        audited = runner.invoke(app, ["audit", str(log), "--json"])
+        assert audited.exit_code == 0 and json.loads(audited.stdout)["ok"] is True
+    sync, piped = reports
+    assert piped["text"] == sync["text"] and piped["rounds"] == sync["rounds"]
+    assert piped["accepted"] == sync["accepted"]
