@@ -5,7 +5,11 @@
 saved with ``save_pretrained``, or a GGUF file inside it with ``--gguf``), runs its assisted generation
 under the kit, and prints the verdict table (check, statistic, p-value, TV with CI, verdict). Exit status:
 0 when every check passed, 1 when one failed, 2 on bad input (one line on stderr). Progress goes to
-stderr.
+stderr; ``--json-out FILE`` also writes the JSON report next to the printed table. Without ``--prompt`` or
+``--prompt-ids`` the prompt is :data:`~specround.testing.cli_common.DEFAULT_PROMPT`.
+
+``specround conform specround ...`` runs the same checks on specround's own engines
+(:mod:`specround.testing.cli_specround`).
 """
 
 from __future__ import annotations
