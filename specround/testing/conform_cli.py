@@ -5,7 +5,11 @@
 saved with ``save_pretrained``, or a GGUF file inside it with ``--gguf``), runs its assisted generation
 under the kit, and prints the verdict table (check, statistic, p-value, TV with CI, verdict). Exit status:
 0 when every check passed, 1 when one failed, 2 on bad input (one line on stderr). Progress goes to
-stderr.
+stderr; ``--json-out FILE`` also writes the JSON report next to the printed table. Without ``--prompt`` or
+``--prompt-ids`` the prompt is :data:`~specround.testing.cli_common.DEFAULT_PROMPT`.
+
+``specround conform specround ...`` runs the same checks on specround's own engines
+(:mod:`specround.testing.cli_specround`).
 """
 
 from __future__ import annotations
@@ -14,58 +18,21 @@ from typing import Annotated, Any
 
 import typer
 
+from specround.testing.cli_common import (
+    DEFAULT_PROMPT,
+    load_model_dir,
+    model_eos,
+    parse_prompt_ids,
+    print_report,
+)
+from specround.testing.cli_specround import conform_specround
+
 __all__ = ["conform_app"]
 
 conform_app = typer.Typer(
     help="Conformance kit: is an engine's speculative decoding exact? One named check per contract.",
     no_args_is_help=True,
 )
-
-
-def _prompt_ids(text: str) -> list[int]:
-    try:
-        ids = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise typer.BadParameter(
-            f"not a comma-separated list of token ids: {text!r}", param_hint="--prompt-ids"
-        ) from None
-    if not ids:
-        raise typer.BadParameter("a prompt needs at least one token id", param_hint="--prompt-ids")
-    return ids
-
-
-def _load(path: str, gguf: str | None, device: str) -> Any:
-    """A causal LM from a local directory (float32, eval mode); ModelLoadError on failure."""
-    import torch
-
-    from specround.errors import ModelLoadError
-
-    try:
-        from transformers import AutoModelForCausalLM
-    except ImportError as exc:  # pragma: no cover - transformers is a dependency of the dev extra
-        raise ModelLoadError("the transformers package is not installed") from exc
-    from pathlib import Path
-
-    if not Path(path).is_dir():
-        raise ModelLoadError(f"cannot load a causal LM from {path!r}: no such directory")
-    try:
-        kwargs: dict[str, Any] = {"local_files_only": True, "dtype": torch.float32}
-        if gguf is not None:
-            kwargs["gguf_file"] = gguf
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    except (OSError, ValueError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelLoadError(f"cannot load a causal LM from {path!r}: {first}") from exc
-    return model.to(device).eval()  # type: ignore[arg-type]
-
-
-def _eos(model: Any, given: int | None) -> int | None:
-    if given is not None:
-        return None if given < 0 else given
-    eos = getattr(model.generation_config, "eos_token_id", None)
-    if isinstance(eos, (list, tuple)):
-        return int(eos[0]) if eos else None
-    return int(eos) if eos is not None else None
 
 
 @conform_app.command("transformers")
@@ -100,10 +67,11 @@ def conform_transformers(
     ),
     device: str = typer.Option("cpu", "--device", help="Torch device of both models."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    json_out: str | None = typer.Option(
+        None, "--json-out", help="Also write the report as JSON to this file (the table is still printed)."
+    ),
 ) -> None:
     """Run the kit on transformers' assisted generation (assistant model or prompt lookup)."""
-    from rich.console import Console
-
     from specround.errors import SpecroundError
 
     try:
@@ -111,7 +79,7 @@ def conform_transformers(
             raise typer.BadParameter("give exactly one of --assistant and --prompt-lookup")
         if not 0.0 < alpha < 1.0:
             raise typer.BadParameter(f"--alpha must lie in (0, 1), got {alpha}", param_hint="--alpha")
-        prompts = [_prompt_ids(text) for text in prompt_ids or ()]
+        prompts = [parse_prompt_ids(text) for text in prompt_ids or ()]
         report = _run(
             model,
             assistant,
@@ -136,15 +104,7 @@ def conform_transformers(
     except SpecroundError as exc:
         typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
         raise typer.Exit(2) from exc
-    from specround.testing.conform_console import render_report, report_json
-
-    if as_json:
-        typer.echo(report_json(report))
-    else:
-        console = Console()
-        render_report(report, console if console.is_terminal else Console(width=200))
-    if not report.passed:
-        raise typer.Exit(1)
+    print_report(report, as_json, json_out)
 
 
 def _run(
@@ -177,8 +137,8 @@ def _run(
 
     if prompt_lookup is not None and prompt_lookup < 1:
         raise InvalidRequestError(f"--prompt-lookup must be >= 1, got {prompt_lookup}")
-    target = _load(model_path, gguf, device)
-    eos = _eos(target, eos_token_id)
+    target = load_model_dir(model_path, gguf, device)
+    eos = model_eos(target, eos_token_id)
     settings = SamplingSettings(
         temperature=temperature,
         top_k=top_k,
@@ -187,6 +147,8 @@ def _run(
         repetition_penalty=repetition_penalty,
         eos_token_id=eos,
     )
+    if not texts and not prompts:
+        texts = [DEFAULT_PROMPT]
     if texts:
         try:
             from transformers import AutoTokenizer
@@ -197,8 +159,6 @@ def _run(
                 f"--prompt needs a tokenizer in {model_path!r}; give --prompt-ids instead"
             ) from exc
         prompts = prompts + [list(tokenizer(text)["input_ids"]) for text in texts]
-    if not prompts:
-        raise InvalidRequestError("give at least one --prompt or --prompt-ids")
     vocab = int(target.config.vocab_size)
     for ids in prompts:
         if not ids or any(not 0 <= t < vocab for t in ids):
@@ -206,7 +166,7 @@ def _run(
     assistant = None
     draft = None
     if assistant_path is not None:
-        assistant = _load(assistant_path, gguf, device)
+        assistant = load_model_dir(assistant_path, gguf, device)
         if int(assistant.config.vocab_size) != vocab:
             raise InvalidRequestError(
                 f"the assistant's vocabulary ({assistant.config.vocab_size}) differs from the target's "
@@ -230,3 +190,6 @@ def _run(
         trace_requests=trace,
         progress=lambda line: typer.echo(line, err=True),
     )
+
+
+conform_app.command("specround")(conform_specround)

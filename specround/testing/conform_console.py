@@ -7,6 +7,7 @@ import math
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from specround.testing.verdicts import ConformanceReport
 
@@ -23,8 +24,9 @@ def _number(value: float | None, digits: int = 3) -> str:
 
 def render_report(report: ConformanceReport, console: Console) -> None:
     """Print one row per check, prompt and setting: statistic, p-value, TV with CI, verdict."""
+    # Text, not a markup string: engine names such as ``specround:llama:...`` hold emoji codes.
     table = Table(
-        title=(
+        title=Text(
             f"conformance of {report.engine}: N = {report.samples}, H = {report.horizon}, "
             f"alpha = {report.alpha:g}"
         )
@@ -44,9 +46,9 @@ def render_report(report: ConformanceReport, console: Console) -> None:
         tv = "-" if r.tv is None else f"{r.tv:.3f} [{r.tv_low or 0.0:.3f}, {r.tv_high or 0.0:.3f}]"
         style = {"PASS": "green", "FAIL": "bold red", "WARN": "yellow"}[r.verdict]
         table.add_row(
-            r.check,
-            str(r.prompt),
-            r.setting,
+            Text(r.check),
+            Text(str(r.prompt)),
+            Text(r.setting),
             _number(r.statistic, 4),
             _number(r.p_value),
             tv,
@@ -56,7 +58,9 @@ def render_report(report: ConformanceReport, console: Console) -> None:
     console.print(table)
     for r in report.results:
         if not r.passed:
-            console.print(f"[bold]{r.check}[/bold] (prompt {r.prompt}, {r.setting}): {r.detail}")
+            line = Text(r.check, style="bold")
+            line.append(f" (prompt {r.prompt}, {r.setting}): {r.detail}")
+            console.print(line)
     failed = report.failed()
     console.print(
         "verdict: "

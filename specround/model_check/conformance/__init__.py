@@ -31,6 +31,7 @@ The parts, one module each:
 * :mod:`.run`: :func:`run_conformance`, everything at once.
 """
 
+from specround.model_check.conformance.conformance_run import ConformanceRun, run_conformance
 from specround.model_check.conformance.forced_rows import BRACKET_HALF_WIDTH, bracket_row, forced_rows
 from specround.model_check.conformance.pairs import Attempt, ConformancePair, Harness
 from specround.model_check.conformance.request_model import (
@@ -44,7 +45,6 @@ from specround.model_check.conformance.request_model import (
     model_config_args,
     processed_tokens,
 )
-from specround.model_check.conformance.run import ConformanceRun, run_conformance
 from specround.model_check.conformance.scenarios import (
     batch_independence,
     forced_input,

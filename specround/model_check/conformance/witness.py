@@ -25,7 +25,7 @@ from specround.model_check.conformance.request_model import (
     WITNESS_MAX_PROMPT,
     WITNESS_VOCAB,
 )
-from specround.model_check.z3.invariants import initial_state
+from specround.model_check.z3.protocol_invariants import initial_state
 from specround.model_check.z3.protocol_state import ProtocolConfig, ProtocolState, RoundInputs
 from specround.model_check.z3.transition import RoundOutcome, round_outcome
 from specround.sampling.types import Layout, TerminalKind

@@ -15,14 +15,14 @@ from dataclasses import replace
 
 import z3
 
-from specround.model_check.z3.invariants import (
+from specround.model_check.z3.proofs import Obligation, Proof, ProofRegistry
+from specround.model_check.z3.protocol_invariants import (
     ROUND_INVARIANTS,
     STATE_INVARIANTS,
     initial_state,
     round_obligations,
     state_invariants,
 )
-from specround.model_check.z3.proofs import Obligation, Proof, ProofRegistry
 from specround.model_check.z3.protocol_state import (
     FAULT_POINTS,
     FIRST_FAULT,

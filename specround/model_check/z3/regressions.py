@@ -13,8 +13,8 @@ from typing import TypeAlias
 
 import z3
 
-from specround.model_check.z3.invariants import initial_state
 from specround.model_check.z3.proofs import Obligation, ProofKind, ProofRegistry
+from specround.model_check.z3.protocol_invariants import initial_state
 from specround.model_check.z3.protocol_state import (
     FAULT_POINTS,
     LOST_ACK_FAULT,
