@@ -47,8 +47,9 @@ ports from ``specround.statemachine.model_ports``, the checkers from ``specround
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from specround._lazy_exports import LazyExports as _LazyExports
 
 # Public name -> module that defines it. Imported on first use, so `import specround` stays cheap (the
 # command line starts without loading SQLAlchemy, matplotlib or the model code it does not need).
@@ -175,15 +176,13 @@ if TYPE_CHECKING:
     from specround.statemachine.step_result import PendingStep, StepResult
 
 
+_LAZY = _LazyExports("specround", _EXPORTS, globals())
+
+
 def __getattr__(name: str) -> Any:
     """Import a public name from the module that defines it, on first use."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'specround' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return _LAZY.resolve(name)
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+    return _LAZY.names()

@@ -18,6 +18,13 @@ from typing import Any
 
 import torch
 
+from specround.adapters.target_checks import (
+    check_commit,
+    check_distinct,
+    check_room,
+    check_token_ids,
+    verified_branch,
+)
 from specround.errors import (
     CacheProtocolError,
     DraftIdOutOfVocabError,
@@ -26,7 +33,6 @@ from specround.errors import (
 )
 from specround.sampling.layouts import (
     VerificationInputs,
-    extract_verification,
     parse_layout,
     replays_frontier,
     retains_frontier,
@@ -119,15 +125,10 @@ class HFTarget:
             raise CacheProtocolError(f"request {request_id!r} is not open") from None
 
     def _check_ids(self, ids: Sequence[int], what: str, error: type[Exception]) -> None:
-        for token in ids:
-            if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < self._vocab:
-                raise error(f"{what} {token!r} outside [0, {self._vocab})")
+        check_token_ids(ids, self._vocab, what, error)
 
     def _check_room(self, request_id: str, positions: int) -> None:
-        if positions > self._context:
-            raise InvalidRequestError(
-                f"request {request_id!r} would need {positions} positions; the context holds {self._context}"
-            )
+        check_room(request_id, positions, self._context)
 
     @torch.no_grad()
     def _run(self, req: _Request, tokens: Sequence[int], start: int) -> torch.Tensor:
@@ -199,12 +200,9 @@ class HFTarget:
 
     def verify(self, requests: Sequence[VerifyRequest]) -> list[VerifyResult]:
         """Score each request's path (one batch-1 forward per request); logits [K+1, V] per request."""
-        seen: set[str] = set()
+        check_distinct(requests)
         plan: list[tuple[VerifyRequest, _Request, VerificationInputs]] = []
         for r in requests:
-            if r.request_id in seen:
-                raise InvalidRequestError(f"request {r.request_id!r} appears twice in one verification")
-            seen.add(r.request_id)
             plan.append((r, *self._planned_verification(r)))
         results = []
         for r, req, inputs in plan:
@@ -212,24 +210,17 @@ class HFTarget:
             computed = torch.empty(0, self._vocab)  # [0, V]: no drafts to score past a retained row
             if rows:
                 computed = self._run(req, inputs.input_ids, inputs.first_position)  # [rows, V]
-            k = len(r.draft_ids)
-            verification = extract_verification(
-                inputs.layout, computed, inputs.positions, k, retained_p1=req.retained_logits
-            )
-            branch = BranchHandle(
-                request_id=r.request_id,
+            result = verified_branch(
+                r,
+                inputs,
+                computed,
+                req.retained_logits,
                 branch_id=self._next_branch,
-                layout=inputs.layout,
                 base_len=len(req.token_ids),
-                token_ids=(int(r.frontier), *(int(t) for t in r.draft_ids)),
             )
             self._next_branch += 1
-            req.branch = branch
-            results.append(
-                VerifyResult(
-                    request_id=r.request_id, logits=verification.p_rows, branch=branch, computed_rows=rows
-                )
-            )
+            req.branch = result.branch
+            results.append(result)
         return results
 
     def _planned_verification(self, r: VerifyRequest) -> tuple[_Request, VerificationInputs]:
@@ -251,10 +242,7 @@ class HFTarget:
     def commit(self, request_id: str, branch: BranchHandle, keep: int) -> None:
         """Keep the first ``keep`` logical rows of the live branch: crop the rest off the cache."""
         req = self._live_branch(request_id, branch)
-        if isinstance(keep, bool) or not isinstance(keep, int) or not 0 <= keep <= len(branch.token_ids):
-            raise InvalidRequestError(f"keep must lie in 0..{len(branch.token_ids)}, got {keep!r}")
-        if branch.base_len != len(req.token_ids):
-            raise CacheProtocolError(f"branch {branch.branch_id} was built on a different committed length")
+        check_commit(branch, keep, len(req.token_ids))
         retained = retains_frontier(branch.layout)
         rows_kept = max(keep, 1) if retained else keep  # a retained row stays retained when keep == 0
         self._crop(req, len(branch.token_ids) - rows_kept)

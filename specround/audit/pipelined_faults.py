@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -35,9 +35,9 @@ from specround.audit.run import audit_request
 from specround.errors import LogUnavailableError, SpecroundError
 from specround.sampling.types import Layout
 from specround.statemachine.controller import PendingStep, RoundController
-from specround.statemachine.events import RequestOpened
 from specround.statemachine.faults import FaultPlan, FaultPoint
-from specround.statemachine.ports import EventLog, LogHead, PublishOutcome, RoundPublication, StoredEvent
+from specround.statemachine.forwarding_log import ForwardingLog
+from specround.statemachine.ports import EventLog, PublishOutcome, RoundPublication
 from specround.statemachine.rounds import RoundInput, RoundStatus
 
 __all__ = ["PIPELINED_CELLS", "GatedLog", "run_pipelined_faults"]
@@ -49,12 +49,12 @@ _V, _EOS, _PROMPT = 16, 15, (1, 2, 3)
 _GATE_TIMEOUT_S = 60.0
 
 
-class GatedLog:
+class GatedLog(ForwardingLog):
     """An :class:`EventLog` whose next ``publish`` waits for :meth:`release` and may be told to fail."""
 
     def __init__(self, inner: EventLog) -> None:
         """Wrap ``inner``; publishes pass straight through until :meth:`hold` is called."""
-        self.inner = inner
+        super().__init__(inner)
         self._gate: threading.Event | None = None
         self._held: threading.Event | None = None
         self._fail = False
@@ -70,10 +70,6 @@ class GatedLog:
             self._held.set()
             self._held = None
 
-    def open_request(self, event: RequestOpened, state_digest: str) -> None:
-        """Forwarded."""
-        self.inner.open_request(event, state_digest)
-
     def publish(self, publications: Sequence[RoundPublication]) -> list[PublishOutcome]:
         """Wait at the gate if one is set; fail if told to; otherwise forward."""
         gate, fail = self._gate, self._fail
@@ -83,18 +79,6 @@ class GatedLog:
         if fail:
             raise LogUnavailableError("the write failed (injected)")
         return self.inner.publish(publications)
-
-    def events(self, request_id: str | None = None) -> Iterator[StoredEvent]:
-        """Forwarded."""
-        return self.inner.events(request_id)
-
-    def request_ids(self) -> list[str]:
-        """Forwarded."""
-        return self.inner.request_ids()
-
-    def head(self, request_id: str) -> LogHead | None:
-        """Forwarded."""
-        return self.inner.head(request_id)
 
     def close(self) -> None:
         """Does not close the wrapped log (its owner does)."""

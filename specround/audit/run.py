@@ -94,16 +94,7 @@ def _audit_events(
             findings.append(_finding(request_id, "INV-9", "dropped", "the request has a head but no events"))
         elif not findings:
             findings.append(_finding(request_id, "INV-8", "replay", "the request has no events"))
-        return RequestAudit(
-            request_id=request_id,
-            events=0,
-            rounds=0,
-            generation=None,
-            state_digest=None,
-            head_digest=head_digest,
-            finished=None,
-            findings=tuple(findings),
-        )
+        return _findings_only(request_id, findings, head_digest)
     auditor = DecisionAuditor(request_id)
     generation = digest = finished = None
     try:
@@ -201,15 +192,17 @@ def audit_log(log: EventLog, request_ids: Iterable[str] | None = None) -> AuditR
     return AuditReport(requests=tuple(audits))
 
 
-def _findings_only(request_id: str, findings: Iterable[AuditFinding]) -> RequestAudit:
-    """The audit entry of an id that names findings but no readable request (no events, no state)."""
+def _findings_only(
+    request_id: str, findings: Iterable[AuditFinding], head_digest: str | None = None
+) -> RequestAudit:
+    """The audit entry of an id with no readable events: its findings, and its head's digest if any."""
     return RequestAudit(
         request_id=request_id,
         events=0,
         rounds=0,
         generation=None,
         state_digest=None,
-        head_digest=None,
+        head_digest=head_digest,
         finished=None,
         findings=tuple(findings),
     )

@@ -48,7 +48,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,8 +56,8 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from specround.statemachine.controller import PendingStep, RoundController
-from specround.statemachine.events import RequestOpened
-from specround.statemachine.ports import EventLog, LogHead, PublishOutcome, RoundPublication, StoredEvent
+from specround.statemachine.forwarding_log import ForwardingLog
+from specround.statemachine.ports import EventLog, PublishOutcome, RoundPublication
 from specround.statemachine.replay import replay_log
 from specround.statemachine.rounds import RoundInput, RoundResult
 
@@ -181,15 +181,12 @@ class TargetVerdict(BaseModel):
     met: bool
 
 
-class _TimedLog:
+class _TimedLog(ForwardingLog):
     """An EventLog that forwards every call and accumulates the wall time spent in ``publish``."""
 
     def __init__(self, inner: EventLog) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.publish_s = 0.0
-
-    def open_request(self, event: RequestOpened, state_digest: str) -> None:
-        self.inner.open_request(event, state_digest)
 
     def publish(self, publications: Sequence[RoundPublication]) -> list[PublishOutcome]:
         start = time.perf_counter()
@@ -197,18 +194,6 @@ class _TimedLog:
             return self.inner.publish(publications)
         finally:
             self.publish_s += time.perf_counter() - start
-
-    def events(self, request_id: str | None = None) -> Iterator[StoredEvent]:
-        return self.inner.events(request_id)
-
-    def request_ids(self) -> list[str]:
-        return self.inner.request_ids()
-
-    def head(self, request_id: str) -> LogHead | None:
-        return self.inner.head(request_id)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import torch
 
+from specround.adapters.proposers.cache_prefix import rows_to_keep
 from specround.adapters.proposers.ngram import lookup_continuation
 from specround.errors import InvalidRequestError
 from specround.hf.batch_cache import BatchedCausalLM
@@ -80,15 +81,6 @@ class Drafter(Protocol):
         ...
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 class AssistantDrafter:
     """Drafts from an assistant model, all rows in one forward per draft step."""
 
@@ -123,7 +115,7 @@ class AssistantDrafter:
         feeds: dict[int, list[int]] = {}
         for ask in active:
             committed = engine.tokens[ask.row]
-            keep = min(_common_prefix(committed, ask.context), len(ask.context) - 1)
+            keep = rows_to_keep(committed, ask.context)
             engine.truncate(ask.row, keep)
             feeds[ask.row] = list(ask.context[keep:])
         engine.tidy()
@@ -158,7 +150,7 @@ class AssistantDrafter:
         """Cut the row's cache to the longest prefix of ``output[:-1]`` it shares."""
         committed = self.engine.tokens.get(row)
         if committed is not None:
-            keep = min(_common_prefix(committed, output), max(len(output) - 1, 0))
+            keep = rows_to_keep(committed, output)
             self.engine.truncate(row, keep)
 
     def keep_rows(self, rows: Sequence[int]) -> None:

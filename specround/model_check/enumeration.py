@@ -32,11 +32,12 @@ Beside the joint, each fixture reports the per-position identities of the sample
 ``1 - TV(p, q)``, the normalised residual, ``p == q`` never corrects), the accounting invariants of each
 leaf (INV-2, INV-3, INV-10 re-derived from the oracle's own rows) and the processor-row checks of
 :mod:`specround.model_check.fixture_tables` (``rows_along`` against per-prefix rows, both softmax backends).
+Those per-fixture checks are :mod:`specround.model_check.enumeration_checks`; the records and tolerances are
+:mod:`specround.model_check.enumeration_results`.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,8 +45,16 @@ from typing import Any
 
 import torch
 
-from specround.model_check.check_results import CheckResult, within
-from specround.model_check.fixture_tables import STOPPED, FixtureTables, Joint
+from specround.model_check.enumeration_checks import finish_fixture
+from specround.model_check.enumeration_results import (
+    GRID,
+    IDENTITY_TOLERANCE,
+    JOINT_TOLERANCE,
+    PARITY_TOLERANCE,
+    FixtureEnumeration,
+    LeafTally,
+)
+from specround.model_check.fixture_tables import STOPPED, FixtureTables
 from specround.sampling.exact import decide_from_uniforms
 from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision
 
@@ -58,18 +67,6 @@ __all__ = [
     "FixtureEnumeration",
     "enumerate_fixtures",
 ]
-
-GRID = 1 << 53
-"""Uniforms from the counter-based RNG are ``k / GRID`` for integer ``0 <= k < GRID``."""
-
-JOINT_TOLERANCE = 1e-12
-"""Max |speculative - target| over all sequences of the horizon (float64 rows; errors are ~1e-16)."""
-IDENTITY_TOLERANCE = 1e-12
-"""Tolerance of the per-position identities and of the bracket cross-check."""
-THRESHOLD_TOLERANCE = 1e-15
-"""|measured acceptance - min(1, p/q)|: the grid count is within 2**-53 of the real threshold."""
-PARITY_TOLERANCE = 1e-12
-"""Max |max-shift row - online row| and |rows_along row - per-prefix row| (float64 softmax, V <= 4)."""
 
 DecideFn = Callable[[SamplerBatch, torch.Tensor, torch.Tensor], SamplerDecision]
 """The decision function under test: ``(batch, accept_uniforms [B, K], terminal_uniforms [B])``."""
@@ -175,41 +172,6 @@ def _grid_uniform(points: torch.Tensor) -> torch.Tensor:
     return points.to(_F64) / float(GRID)
 
 
-# --- results ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class FixtureEnumeration:
-    """What the oracle found for one fixture."""
-
-    tables: FixtureTables
-    speculative_joint: Joint = field(default_factory=dict)
-    joint_error: float = math.nan
-    accepted_pmf: dict[int, float] = field(default_factory=dict)
-    """Law of the decision's accepted count (A; the stop distance when a stop ends the prefix)."""
-    emitted_pmf: dict[int, float] = field(default_factory=dict)
-    """Law of round progress G = emitted tokens."""
-    thresholds: dict[tuple[int, ...], float] = field(default_factory=dict)
-    """Measured acceptance of test i keyed by ``d_1..d_i`` (reached tests only)."""
-    correction_laws: dict[tuple[int, ...], dict[int, float]] = field(default_factory=dict)
-    """Measured correction law after a rejection at the node ``d_1..d_a`` (non-degenerate only)."""
-    correction_mass: dict[tuple[int, ...], float] = field(default_factory=dict)
-    """The decision's reported residual mass Z at that node."""
-    bonus_laws: dict[tuple[int, ...], dict[int, float]] = field(default_factory=dict)
-    """Measured bonus law after the full path."""
-    checks: list[CheckResult] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        """The fixture's name."""
-        return self.tables.fixture.name
-
-    @property
-    def passed(self) -> bool:
-        """Whether every check of the fixture passed."""
-        return all(c.passed for c in self.checks)
-
-
 @dataclass
 class _Branch:
     case: int
@@ -225,23 +187,6 @@ class _Branch:
         self.uniform_list = [float(u) for u in self.uniforms.tolist()]
 
 
-@dataclass
-class _Tally:
-    """Counts of failed leaf-level checks of one fixture, with their largest deviations."""
-
-    failures: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    errors: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    leaves: int = 0
-    brackets: int = 0
-
-    def fail(self, name: str) -> None:
-        self.failures[name] += 1
-
-    def error(self, name: str, value: float) -> None:
-        if not value <= self.errors[name]:
-            self.errors[name] = value if math.isfinite(value) else math.inf
-
-
 def enumerate_fixtures(
     tables: Sequence[FixtureTables], decide: DecideFn | None = None
 ) -> list[FixtureEnumeration]:
@@ -251,7 +196,7 @@ def enumerate_fixtures(
         return []
     cases = _Cases.build(tables)
     results = [FixtureEnumeration(tables=t) for t in tables]
-    tallies = [_Tally() for _ in tables]
+    tallies = [LeafTally() for _ in tables]
     n_cases = len(cases.owner)
     k_max = cases.k_max
     all_cases = torch.arange(n_cases)
@@ -312,7 +257,8 @@ def enumerate_fixtures(
     for c, f in enumerate(cases.owner):
         mine[f].append(c)
     for f, result in enumerate(results):
-        _finish(result, tallies[f], cases, mine[f], threshold)
+        paths = [cases.tables[f].paths[cases.path_index[c]] for c in mine[f]]
+        finish_fixture(result, tallies[f], paths, threshold[mine[f]].tolist() if mine[f] else [])
     return results
 
 
@@ -348,7 +294,7 @@ def _leaves(
     branch_u: torch.Tensor,
     decide_fn: DecideFn,
     results: list[FixtureEnumeration],
-    tallies: list[_Tally],
+    tallies: list[LeafTally],
 ) -> None:
     """Evaluate every leaf at both ends of its interval and accumulate the round-output law per fixture."""
     leaf_branch: list[int] = []
@@ -435,7 +381,7 @@ def _stop_distance(tokens: Sequence[int], stop_sets: Sequence[frozenset[int]], b
 def _leaf(
     cases: _Cases,
     result: FixtureEnumeration,
-    tally: _Tally,
+    tally: LeafTally,
     branch: _Branch,
     n: int,
     token: int,
@@ -510,143 +456,3 @@ def _leaf(
         result.speculative_joint[key] = result.speculative_joint.get(key, 0.0) + weight
     else:
         tables.completion(prefix, weight, result.speculative_joint)
-
-
-def _finish(
-    result: FixtureEnumeration, tally: _Tally, cases: _Cases, mine: list[int], threshold: torch.Tensor
-) -> None:
-    """Per-fixture identities, the joint comparison and the tallied leaf checks."""
-    tables = result.tables
-    fixture = tables.fixture
-    name = fixture.name
-    threshold_l = threshold[mine].tolist() if mine else []
-
-    # Acceptance thresholds against min(1, p/q) of the oracle's rows; p == q never corrects.
-    gap = 0.0
-    tests = 0
-    equal_rows = 0
-    equal_rows_rejecting = 0
-    node_accept: dict[tuple[int, ...], dict[int, float]] = defaultdict(dict)
-    node_rows: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
-    for local, c in enumerate(mine):
-        path = tables.paths[cases.path_index[c]]
-        for i in range(fixture.draft_len):
-            count = threshold_l[local][i]
-            if count < 0:
-                continue
-            d = path.tokens[i]
-            ratio = min(1.0, path.p_draft[i] / path.q_draft[i])
-            gap = max(gap, abs(count / GRID - ratio))
-            tests += 1
-            if torch.equal(path.p_rows[i], path.q_rows[i]):
-                equal_rows += 1
-                equal_rows_rejecting += count != GRID
-            node = path.tokens[:i]
-            node_accept[node][d] = count / GRID
-            node_rows[node] = (path.p_rows[i], path.q_rows[i])
-            result.thresholds[path.tokens[: i + 1]] = count / GRID
-    checks = result.checks
-    checks.append(
-        within(name, "acceptance = min(1, p/q)", gap, THRESHOLD_TOLERANCE, f"{tests} reached tests")
-    )
-    if equal_rows:
-        checks.append(
-            CheckResult(
-                name,
-                "p == q never corrects",
-                equal_rows_rejecting == 0,
-                float(equal_rows_rejecting),
-                0.0,
-                f"rejecting tests among {equal_rows} with p == q",
-            )
-        )
-
-    # One-position identities at every reached node: sum_x q(x) a(x) = 1 - TV(p, q); residual normalised.
-    tv_gap = 0.0
-    for node, accept in node_accept.items():
-        p_row, q_row = node_rows[node]
-        if len(accept) != int((q_row > 0).sum()):
-            continue  # some drafts of this node are unreachable through the paths; skip the sum
-        shared = sum(float(q_row[x]) * t for x, t in accept.items())
-        tv = 0.5 * float((p_row - q_row).abs().sum())
-        tv_gap = max(tv_gap, abs(shared - (1.0 - tv)))
-    checks.append(
-        within(name, "acceptance = 1 - TV(p, q)", tv_gap, IDENTITY_TOLERANCE, f"{len(node_accept)} nodes")
-    )
-    residual_gap = 0.0
-    for node, law in result.correction_laws.items():
-        if node not in node_rows:
-            residual_gap = math.inf
-            continue
-        p_row, q_row = node_rows[node]
-        residual = (p_row - q_row).clamp_min(0.0)
-        z = float(residual.sum())
-        expected = (residual / z).tolist()
-        residual_gap = max(residual_gap, abs(result.correction_mass[node] - z))
-        residual_gap = max(residual_gap, max(abs(law.get(x, 0.0) - e) for x, e in enumerate(expected)))
-    if result.correction_laws:
-        checks.append(
-            within(
-                name,
-                "correction = normalised max(p - q, 0)",
-                residual_gap,
-                IDENTITY_TOLERANCE,
-                f"{len(result.correction_laws)} nodes",
-            )
-        )
-    bonus_gap = 0.0
-    by_tokens = {p.tokens: p for p in tables.paths}
-    for path_tokens, law in result.bonus_laws.items():
-        expected = by_tokens[path_tokens].p_rows[fixture.draft_len].tolist()
-        bonus_gap = max(bonus_gap, max(abs(law.get(x, 0.0) - e) for x, e in enumerate(expected)))
-    if result.bonus_laws:
-        checks.append(
-            within(name, "bonus = p_{K+1}", bonus_gap, IDENTITY_TOLERANCE, f"{len(result.bonus_laws)} paths")
-        )
-
-    # Leaf-level checks.
-    for check_name in (
-        "monotone terminal",
-        "unreached uniforms and interval ends leave the outcome unchanged",
-        "INV-10 emitted = accepted drafts + terminal",
-        "INV-2 progress = min(A + 1, H)",
-        "INV-3 draws = reached tests + terminal",
-    ):
-        count = tally.failures.get(check_name, 0)
-        checks.append(
-            CheckResult(name, check_name, count == 0, float(count), 0.0, f"failing of {tally.leaves} leaves")
-        )
-    if tally.brackets:
-        checks.append(
-            within(
-                name,
-                "INV-10 bracket = located interval",
-                tally.errors.get("INV-10 bracket = located interval", 0.0),
-                IDENTITY_TOLERANCE,
-                f"{tally.brackets} terminal draws",
-            )
-        )
-
-    # Processor rows.
-    checks.append(within(name, "rows_along = per-prefix rows", tables.rows_along_error, PARITY_TOLERANCE))
-    checks.append(
-        within(name, "softmax parity (max-shift vs online)", tables.softmax_parity_error, PARITY_TOLERANCE)
-    )
-
-    # The joint over every sequence of the horizon.
-    keys = set(result.speculative_joint) | set(tables.target_joint)
-    result.joint_error = max(
-        (abs(result.speculative_joint.get(key, 0.0) - tables.target_joint.get(key, 0.0)) for key in keys),
-        default=0.0,
-    )
-    total = math.fsum(result.speculative_joint.values())
-    checks.append(
-        within(
-            name,
-            "speculative joint = target joint",
-            result.joint_error,
-            JOINT_TOLERANCE,
-            f"{len(keys)} sequences",
-        )
-    )
-    checks.append(within(name, "speculative joint sums to 1", abs(total - 1.0), JOINT_TOLERANCE))

@@ -167,34 +167,9 @@ class _Fold:
         return payload
 
     def feed(self, event: StoredEvent) -> None:
-        """Take the next stored event of this request (the checks of :meth:`_accept`, inlined)."""
-        if event.defect is not None:
-            raise self._error(event, f"malformed row: {event.defect}")
-        if event.seq != self.expected_seq:
-            raise self._error(event, f"expected seq {self.expected_seq} (an event is missing or reordered)")
-        prev_hash = event.prev_hash
-        if prev_hash != self.prev_hash:
-            raise self._error(event, "prev_hash does not link to the previous event (dropped or reordered)")
-        payload = event.payload
-        if not isinstance(payload, dict):
-            raise self._error(event, f"the payload is a {type(payload).__name__}, not an object")
-        if self.verify_hashes:
-            data = event.payload_bytes
-            if data is None:
-                data = canonical_bytes(payload)
-            if _sha256(prev_hash.encode("ascii") + data).hexdigest() != event.hash:  # chain_hash, inlined
-                raise self._error(event, "hash does not match the payload (edited event)")
+        """Take the next stored event of this request (after the checks of :meth:`_accept`)."""
+        payload = self._accept(event)
         kind = event.kind
-        if payload.get("kind") != kind or payload.get("request_id") != self.request_id:
-            raise self._error(event, "the envelope disagrees with the payload's kind or request id")
-        if payload.get("schema_version") != EVENT_SCHEMA_VERSION:
-            try:
-                payload = parse_event(payload).model_dump(mode="json")
-            except SpecroundError as exc:
-                raise self._error(event, str(exc)) from exc
-        self.expected_seq += 1
-        self.prev_hash = event.hash
-        self.events += 1
         pending = self.round
         expected_kind = ROUND_EVENT_KINDS[len(pending)]
         if kind != expected_kind:

@@ -58,6 +58,13 @@ class RequestSnapshot:
     digest: str
     """``state.digest()``."""
 
+    @classmethod
+    def of(
+        cls, state: RequestState, chain: ProcessorChain, output_fold: bytes, cache_fold: bytes
+    ) -> RequestSnapshot:
+        """The snapshot of ``state`` with its token folds; its digest is computed from them."""
+        return cls(state, chain, output_fold, cache_fold, state_digest(state, output_fold, cache_fold))
+
 
 @dataclass(frozen=True, slots=True)
 class KvStaging:
@@ -110,13 +117,7 @@ def open_snapshot(config: RequestConfig) -> RequestSnapshot:
     )
     output_fold = fold_tokens(TOKEN_FOLD_SEED, state.output)
     cache_fold = fold_tokens(TOKEN_FOLD_SEED, state.cache)
-    return RequestSnapshot(
-        state=state,
-        chain=chain,
-        output_fold=output_fold,
-        cache_fold=cache_fold,
-        digest=state_digest(state, output_fold, cache_fold),
-    )
+    return RequestSnapshot.of(state, chain, output_fold, cache_fold)
 
 
 def stage_kv(start: RequestState, draft_ids: Sequence[int], emitted: Sequence[int]) -> KvStaging:
@@ -205,10 +206,4 @@ def stage_successor(
     # C_1 == O_1[:-1] (checked above), so O_1's fold is C_1's fold extended by the final token alone.
     cache_fold = fold_tokens(start.cache_fold, committed)
     output_fold = fold_tokens(cache_fold, emitted[-1:])
-    return RequestSnapshot(
-        state=state,
-        chain=chain,
-        output_fold=output_fold,
-        cache_fold=cache_fold,
-        digest=state_digest(state, output_fold, cache_fold),
-    )
+    return RequestSnapshot.of(state, chain, output_fold, cache_fold)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -235,18 +236,15 @@ class Step:
                 by_request.setdefault(check_identity(item), item)
             except SpecroundError:
                 continue  # no round of this step can be matched to it: that round finds no verification
-        for rnd in self._live_rounds():
-            try:
-                found = _own_input(items, rnd) or by_request.get(rnd.request_id)
-                if found is None:
-                    raise InvalidRequestError(f"no verification for request {rnd.request_id!r}")
-                self._attach_verification(rnd, found)
-                self._settings.fault(FaultPoint.AFTER_VERIFICATION, rnd)
-            except SpecroundError as error:
-                self._abort_round(rnd, error)
-                continue
-            rnd.phase = next_phase(rnd.phase, Trigger.VERIFY)
-        self._fire(Trigger.VERIFY)
+
+        def attach(rnd: RoundWork) -> None:
+            found = _own_input(items, rnd) or by_request.get(rnd.request_id)
+            if found is None:
+                raise InvalidRequestError(f"no verification for request {rnd.request_id!r}")
+            self._attach_verification(rnd, found)
+            self._settings.fault(FaultPoint.AFTER_VERIFICATION, rnd)
+
+        self._advance_live_rounds(Trigger.VERIFY, attach)
 
     def verify_batch(
         self, branches: Sequence[Any] | None = None, verify_rows: Sequence[int | None] | None = None
@@ -258,17 +256,14 @@ class Step:
         self._require(Trigger.VERIFY)
         if self._rows is None:
             raise IllegalTransitionError("verify_batch needs a step opened by step_batch; use verify")
-        for rnd in self._live_rounds():
+
+        def attach(rnd: RoundWork) -> None:
             b = rnd.batch_row
-            try:
-                rnd.branch = branches[b] if branches is not None else None
-                rnd.verify_rows = _verify_row_count(rnd, verify_rows[b] if verify_rows is not None else None)
-                self._settings.fault(FaultPoint.AFTER_VERIFICATION, rnd)
-            except SpecroundError as error:
-                self._abort_round(rnd, error)
-                continue
-            rnd.phase = next_phase(rnd.phase, Trigger.VERIFY)
-        self._fire(Trigger.VERIFY)
+            rnd.branch = branches[b] if branches is not None else None
+            rnd.verify_rows = _verify_row_count(rnd, verify_rows[b] if verify_rows is not None else None)
+            self._settings.fault(FaultPoint.AFTER_VERIFICATION, rnd)
+
+        self._advance_live_rounds(Trigger.VERIFY, attach)
 
     def decide(self) -> None:
         """One batched exact decision for every live round (-> ``DECIDED``); F-2."""
@@ -285,26 +280,12 @@ class Step:
                 groups.setdefault(key, []).append(rnd)
             for group in groups.values():
                 self._decide_group(group, build_batch)
-        for rnd in self._live_rounds():
-            try:
-                self._settings.fault(FaultPoint.AFTER_DECISION, rnd)
-            except SpecroundError as error:
-                self._abort_round(rnd, error)
-                continue
-            rnd.phase = next_phase(rnd.phase, Trigger.DECIDE)
-        self._fire(Trigger.DECIDE)
+        self._advance_live_rounds(Trigger.DECIDE, partial(self._settings.fault, FaultPoint.AFTER_DECISION))
 
     def stage(self) -> None:
         """Stage every live round's successor off to the side and validate it (-> ``STAGED``); F-3, F-4."""
         self._require(Trigger.STAGE)
-        for rnd in self._live_rounds():
-            try:
-                self._stage_round(rnd)
-            except SpecroundError as error:
-                self._abort_round(rnd, error)
-                continue
-            rnd.phase = next_phase(rnd.phase, Trigger.STAGE)
-        self._fire(Trigger.STAGE)
+        self._advance_live_rounds(Trigger.STAGE, self._stage_round)
 
     def publish(self) -> list[RoundResult]:
         """F-5, then ONE group-committed publish under each request's generation fence; F-6. Returns results.
@@ -435,6 +416,20 @@ class Step:
 
     def _fire(self, trigger: str) -> None:
         self._fsm.trigger(trigger)  # bound by ``Machine.add_model``
+
+    def _advance_live_rounds(self, trigger: str, work: Callable[[RoundWork], None]) -> None:
+        """Run ``work`` on every live round and move it on by ``trigger``, then fire ``trigger``.
+
+        A round whose ``work`` raises a :class:`~specround.errors.SpecroundError` is aborted alone.
+        """
+        for rnd in self._live_rounds():
+            try:
+                work(rnd)
+            except SpecroundError as error:
+                self._abort_round(rnd, error)
+                continue
+            rnd.phase = next_phase(rnd.phase, trigger)
+        self._fire(trigger)
 
     def _live_rounds(self) -> list[RoundWork]:
         return [r for r in self._rounds if r.phase is not RoundPhase.ABORTED and r.result is None]

@@ -20,8 +20,9 @@ and what it cannot, is in ``specs/conformance-kit.md``.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from specround._lazy_exports import LazyExports as _LazyExports
 
 if TYPE_CHECKING:
     from specround.testing.engine_contract import Engine, EngineRequest, RoundTrace, TracingEngine
@@ -95,15 +96,13 @@ __all__ = [
 ]
 
 
+_LAZY = _LazyExports("specround.testing", _EXPORTS, globals())
+
+
 def __getattr__(name: str) -> Any:
     """Import a public name from the module that defines it, on first use."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'specround.testing' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return _LAZY.resolve(name)
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+    return _LAZY.names()

@@ -16,10 +16,16 @@ import torch
 from specround.adapters.llama.kv_cache import KVStore, RequestCache, RetainedFrontier
 from specround.adapters.llama.model import LlamaModel
 from specround.adapters.llama.packed import PackedRows, Segment
+from specround.adapters.target_checks import (
+    check_commit,
+    check_distinct,
+    check_room,
+    check_token_ids,
+    verified_branch,
+)
 from specround.errors import CacheProtocolError, DraftIdOutOfVocabError, InvalidRequestError
 from specround.sampling.layouts import (
     VerificationInputs,
-    extract_verification,
     parse_layout,
     replays_frontier,
     retains_frontier,
@@ -84,17 +90,10 @@ class LlamaTarget:
     # --- validation helpers ---------------------------------------------------------------------------
 
     def _check_ids(self, ids: Sequence[int], what: str, error: type[Exception]) -> None:
-        vocab = self.vocab_size
-        for token in ids:
-            if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab:
-                raise error(f"{what} {token!r} outside [0, {vocab})")
+        check_token_ids(ids, self.vocab_size, what, error)
 
     def _check_room(self, request_id: str, positions: int) -> None:
-        if positions > self.context_length:
-            raise InvalidRequestError(
-                f"request {request_id!r} would need {positions} positions; the context holds "
-                f"{self.context_length}"
-            )
+        check_room(request_id, positions, self.context_length)
 
     def _live_branch(self, request_id: str, branch: BranchHandle) -> RequestCache:
         cache = self._store.get(request_id)
@@ -173,12 +172,9 @@ class LlamaTarget:
 
     def verify(self, requests: Sequence[VerifyRequest]) -> list[VerifyResult]:
         """Score every request's draft path in one packed forward (see the model ports for the contract)."""
-        seen: set[str] = set()
+        check_distinct(requests)
         plan: list[tuple[VerifyRequest, RequestCache, VerificationInputs]] = []
         for req in requests:
-            if req.request_id in seen:
-                raise InvalidRequestError(f"request {req.request_id!r} appears twice in one verification")
-            seen.add(req.request_id)
             plan.append((req, *self._planned_verification(req)))
         tokens = [t for *_, inputs in plan for t in inputs.input_ids]
         segments = [Segment(cache, inputs.first_position, len(inputs.input_ids)) for _, cache, inputs in plan]
@@ -192,22 +188,12 @@ class LlamaTarget:
             if retained is not None and not rows:
                 own = retained.new_empty(0, self.vocab_size)  # nothing computed: the retained row's dtype
             offset += rows
-            k = len(req.draft_ids)
-            verification = extract_verification(inputs.layout, own, inputs.positions, k, retained_p1=retained)
-            branch = BranchHandle(
-                request_id=req.request_id,
-                branch_id=self._next_branch,
-                layout=inputs.layout,
-                base_len=cache.length,
-                token_ids=(int(req.frontier), *(int(t) for t in req.draft_ids)),
+            result = verified_branch(
+                req, inputs, own, retained, branch_id=self._next_branch, base_len=cache.length
             )
             self._next_branch += 1
-            cache.branch = branch
-            results.append(
-                VerifyResult(
-                    request_id=req.request_id, logits=verification.p_rows, branch=branch, computed_rows=rows
-                )
-            )
+            cache.branch = result.branch
+            results.append(result)
         return results
 
     def _planned_verification(self, req: VerifyRequest) -> tuple[RequestCache, VerificationInputs]:
@@ -237,10 +223,7 @@ class LlamaTarget:
     def commit(self, request_id: str, branch: BranchHandle, keep: int) -> None:
         """Commit the first ``keep`` logical rows ``[F, d_1..]`` of the live branch; discard the rest."""
         cache = self._live_branch(request_id, branch)
-        if isinstance(keep, bool) or not isinstance(keep, int) or not 0 <= keep <= len(branch.token_ids):
-            raise InvalidRequestError(f"keep must lie in 0..{len(branch.token_ids)}, got {keep!r}")
-        if branch.base_len != cache.length:
-            raise CacheProtocolError(f"branch {branch.branch_id} was built on a different committed length")
+        check_commit(branch, keep, cache.length)
         cache.token_ids.extend(branch.token_ids[:keep])
         if retains_frontier(branch.layout) and keep >= 1:
             cache.retained = None  # its row, at position base_len, is committed now

@@ -20,6 +20,7 @@ from typing import Protocol
 
 import torch
 
+from specround.adapters.proposers.cache_prefix import rows_to_keep
 from specround.adapters.proposers.draws import draw_proposals
 from specround.errors import InvalidRequestError
 from specround.sampling.types import Layout
@@ -45,15 +46,6 @@ class DraftEngine(TargetModel, Protocol):
         ...
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 class ModelProposer:
     """Autoregressive drafts from a draft engine, with processed q rows and counted PROPOSAL draws."""
 
@@ -75,7 +67,7 @@ class ModelProposer:
             context = list(req.context_ids)
             if self.engine.is_open(req.request_id):
                 committed = self.engine.committed_token_ids(req.request_id)
-                keep = min(_common_prefix(committed, context), len(context) - 1)
+                keep = rows_to_keep(committed, context)
                 self.engine.truncate(req.request_id, keep)
                 feeds[req.request_id] = context[keep:]
             else:
@@ -145,7 +137,7 @@ class ModelProposer:
         del cache_len  # the draft cache follows token identities, not the target's row count
         if self.engine.is_open(request_id):
             committed = self.engine.committed_token_ids(request_id)
-            keep = min(_common_prefix(committed, output_ids), max(len(output_ids) - 1, 0))
+            keep = rows_to_keep(committed, output_ids)
             self.engine.truncate(request_id, keep)
 
     def release(self, request_id: str) -> None:

@@ -13,7 +13,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -104,26 +105,47 @@ def run_witness(witness_: Witness, log: EventLog, harness: Harness) -> None:
         first = first or item
 
 
+Scenario = tuple[str, Callable[[], None]]
+"""One labelled scenario step of a layout; a crash it raises is reported under its label."""
+
+
+def _on_each_layout(
+    layouts: Sequence[Layout],
+    log_factory: LogFactory,
+    scenarios: Callable[[Layout, EventLog, Harness], Iterable[Scenario]],
+) -> tuple[list[ConformancePair], list[EventLog], list[str]]:
+    """Run ``scenarios`` on a fresh log and harness per layout: pairs, the logs written, and failures."""
+    pairs: list[ConformancePair] = []
+    logs: list[EventLog] = []
+    failures: list[str] = []
+    for layout in map(Layout, layouts):
+        log = log_factory()
+        logs.append(log)
+        harness = Harness(log)
+        for label, run in scenarios(layout, log, harness):
+            try:
+                run()
+            except Exception as error:  # a crash of the code under test is a finding, not an abort
+                failures.append(f"{label} ({layout.value}): {type(error).__name__}: {error}")
+        pairs += harness.pairs
+    return pairs, logs, failures
+
+
 def run_witnesses(
     layouts: Sequence[Layout] = tuple(Layout), log_factory: LogFactory = memory_log
 ) -> tuple[list[ConformancePair], list[EventLog], list[str]]:
     """Every :class:`BranchKind` witness on every layout: pairs, the logs written, and scenario failures."""
-    pairs: list[ConformancePair] = []
-    logs: list[EventLog] = []
-    failures: list[str] = []
-    for layout in layouts:
-        log = log_factory()
-        logs.append(log)
-        harness = Harness(log)
+
+    def scenarios(layout: Layout, log: EventLog, harness: Harness) -> Iterator[Scenario]:
         for kind in BranchKind:
-            try:
-                run_witness(witness(kind, Layout(layout)), log, harness)
-            except Exception as error:  # a crash of the code under test is a finding, not an abort
-                failures.append(
-                    f"witness {kind.value} ({Layout(layout).value}): {type(error).__name__}: {error}"
-                )
-        pairs += harness.pairs
-    return pairs, logs, failures
+            yield f"witness {kind.value}", partial(_run_witness_of, kind, layout, log, harness)
+
+    return _on_each_layout(layouts, log_factory, scenarios)
+
+
+def _run_witness_of(kind: BranchKind, layout: Layout, log: EventLog, harness: Harness) -> None:
+    """Build the witness of ``kind`` on ``layout`` and replay it."""
+    run_witness(witness(kind, layout), log, harness)
 
 
 def _refusal_inputs(controller: RoundController, rid: str) -> dict[str, RoundInput]:
@@ -158,15 +180,10 @@ def run_refusals(
     layouts: Sequence[Layout] = tuple(Layout), log_factory: LogFactory = memory_log
 ) -> tuple[list[ConformancePair], list[EventLog], list[str]]:
     """Malformed proposals on every layout: each must be refused and change nothing."""
-    pairs: list[ConformancePair] = []
-    logs: list[EventLog] = []
-    failures: list[str] = []
-    for layout in layouts:
-        log = log_factory()
-        logs.append(log)
-        harness = Harness(log)
+
+    def scenarios(layout: Layout, log: EventLog, harness: Harness) -> Iterator[Scenario]:
         controller = RoundController(log)
-        rid = f"refusals-{Layout(layout).value}"
+        rid = f"refusals-{layout.value}"
         controller.open_request(
             (1, 2, 3),
             seed=seed_for(rid),
@@ -177,13 +194,17 @@ def run_refusals(
             stop_token_ids=(7,),
         )
         for name, item in _refusal_inputs(controller, rid).items():
-            try:
-                generation = controller.state(rid).generation
-                harness.run(f"refusal: {name}", controller, [Attempt(item, generation, refusal=True)])
-            except Exception as error:
-                failures.append(f"refusal {name!r} ({Layout(layout).value}): {type(error).__name__}: {error}")
-        pairs += harness.pairs
-    return pairs, logs, failures
+            yield f"refusal {name!r}", partial(_run_refusal, harness, controller, rid, name, item)
+
+    return _on_each_layout(layouts, log_factory, scenarios)
+
+
+def _run_refusal(
+    harness: Harness, controller: RoundController, rid: str, name: str, item: RoundInput
+) -> None:
+    """Submit one malformed proposal at the request's current generation; it must be refused."""
+    generation = controller.state(rid).generation
+    harness.run(f"refusal: {name}", controller, [Attempt(item, generation, refusal=True)])
 
 
 def batch_independence(

@@ -73,24 +73,12 @@ class LoggedRound:
 
 
 @dataclass(frozen=True)
-class RoundOutcome:
-    """One round attempt: its decision, record, successor and the authoritative state afterwards."""
+class RoundOutcome(Publication):
+    """One round attempt: its decision, record, successor and the authoritative state afterwards.
 
-    well_formed: Bool
-    retry: Bool
-    """Same transaction re-published at the generation it already moved (idempotent path)."""
-    stale: Bool
-    """Refused by the fence (StaleGenerationError)."""
-    refused_finished: Bool
-    """Refused because the request had finished (RequestFinishedError)."""
-    runs: Bool
-    """The round was computed (fresh generation, unfinished, well-formed input)."""
-    rows_valid: Bool
-    aborted: Bool
-    """A fault at F-1..F-5 or a failed staging validation."""
-    published: Bool
-    acknowledged: Bool
-    """The caller saw success (a publication whose acknowledgement was not lost, or an idempotent retry)."""
+    The :class:`Publication` fields say how the attempt met the generation fence and the fault points.
+    """
+
     candidates: tuple[Int, ...]
     """e_1..e_{K+1}: d_1..d_A then the terminal token (positions beyond A + 1 are don't-care)."""
     emitted_count: Int
@@ -231,15 +219,7 @@ def round_outcome(pre: ProtocolState, inputs: RoundInputs, config: ProtocolConfi
     successor = _successor(pre, inputs, emission, plan, processed_after(pre, inputs, emission), rng_after)
     publication = _publication(pre, inputs, config, valid)
     return RoundOutcome(
-        well_formed=publication.well_formed,
-        retry=publication.retry,
-        stale=publication.stale,
-        refused_finished=publication.refused_finished,
-        runs=publication.runs,
-        rows_valid=valid,
-        aborted=publication.aborted,
-        published=publication.published,
-        acknowledged=publication.acknowledged,
+        **vars(publication),
         candidates=emission.candidates,
         emitted_count=emission.count,
         last_token=emission.last,

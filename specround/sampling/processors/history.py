@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Self
 import torch
 
 from specround.errors import InvalidProcessorError
-from specround.sampling.processors.params import check_keys, integer, token_id
+from specround.sampling.processors.params import check_keys, integer, spec_arguments, token_id
 from specround.sampling.processors.processor import LogitProcessor
 
 __all__ = ["BannedSequences", "MinLength", "NoRepeatNGram", "SuppressTokens"]
@@ -102,11 +102,7 @@ class NoRepeatNGram(LogitProcessor):
     @classmethod
     def from_spec(cls, params: dict[str, Any], state: dict[str, Any]) -> Self:
         """Rebuild from :meth:`params` and :meth:`state` (``{}``: empty history)."""
-        check_keys(cls.kind, params, {"n"})
-        if state:
-            check_keys(cls.kind, state, {"history"})
-            return cls(params["n"], state["history"])
-        return cls(params["n"])
+        return cls(*spec_arguments(cls.kind, params, ("n",), state, "history"))
 
 
 class BannedSequences(LogitProcessor):
@@ -176,11 +172,7 @@ class BannedSequences(LogitProcessor):
     @classmethod
     def from_spec(cls, params: dict[str, Any], state: dict[str, Any]) -> Self:
         """Rebuild from :meth:`params` and :meth:`state` (``{}``: nothing seen yet)."""
-        check_keys(cls.kind, params, {"sequences"})
-        if state:
-            check_keys(cls.kind, state, {"tail"})
-            return cls(params["sequences"], state["tail"])
-        return cls(params["sequences"])
+        return cls(*spec_arguments(cls.kind, params, ("sequences",), state, "tail"))
 
 
 class SuppressTokens(LogitProcessor):
@@ -267,8 +259,4 @@ class MinLength(LogitProcessor):
     @classmethod
     def from_spec(cls, params: dict[str, Any], state: dict[str, Any]) -> Self:
         """Rebuild from :meth:`params` and :meth:`state` (``{}``: nothing counted yet)."""
-        check_keys(cls.kind, params, {"min_length", "end_tokens"})
-        if state:
-            check_keys(cls.kind, state, {"length"})
-            return cls(params["min_length"], params["end_tokens"], state["length"])
-        return cls(params["min_length"], params["end_tokens"])
+        return cls(*spec_arguments(cls.kind, params, ("min_length", "end_tokens"), state, "length"))

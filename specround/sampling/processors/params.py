@@ -7,12 +7,12 @@ digest does not change when its spec takes a round trip through JSON.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from specround.errors import InvalidProcessorError
 
-__all__ = ["check_keys", "integer", "real", "token_id"]
+__all__ = ["check_keys", "integer", "real", "spec_arguments", "token_id"]
 
 
 def check_keys(
@@ -30,6 +30,22 @@ def check_keys(
             if missing
             else f"{kind}: unknown keys {sorted(unknown)}"
         )
+
+
+def spec_arguments(
+    kind: str, params: dict[str, Any], param_keys: Sequence[str], state: dict[str, Any], state_key: str
+) -> list[Any]:
+    """A processor's constructor arguments: ``params`` in ``param_keys`` order, then its one state value.
+
+    The state value is appended only when ``state`` is non-empty (``{}`` is the fresh state); both mappings
+    must hold exactly their keys.
+    """
+    check_keys(kind, params, param_keys)
+    arguments = [params[key] for key in param_keys]
+    if state:
+        check_keys(kind, state, {state_key})
+        arguments.append(state[state_key])
+    return arguments
 
 
 def real(

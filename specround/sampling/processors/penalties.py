@@ -136,29 +136,29 @@ class RepetitionPenalty(TokenCountPenalty):
         return torch.where(counts > 0, penalised, values)
 
 
-class FrequencyPenalty(TokenCountPenalty):
-    """OpenAI frequency penalty: subtract ``penalty * count`` from each seen token's logit."""
+class _SubtractedPenalty(TokenCountPenalty):
+    """The OpenAI penalties: a ``penalty`` of any real value, subtracted from seen tokens' logits."""
 
-    kind: ClassVar[str] = "frequency_penalty"
     param_name: ClassVar[str] = "penalty"
 
     @classmethod
     def _check_strength(cls, value: Any) -> float:
         return real(cls.kind, cls.param_name, value)
+
+
+class FrequencyPenalty(_SubtractedPenalty):
+    """OpenAI frequency penalty: subtract ``penalty * count`` from each seen token's logit."""
+
+    kind: ClassVar[str] = "frequency_penalty"
 
     def _penalise(self, values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         return values - self.strength * counts.to(values.dtype)
 
 
-class PresencePenalty(TokenCountPenalty):
+class PresencePenalty(_SubtractedPenalty):
     """OpenAI presence penalty: subtract ``penalty`` once from each seen token's logit."""
 
     kind: ClassVar[str] = "presence_penalty"
-    param_name: ClassVar[str] = "penalty"
-
-    @classmethod
-    def _check_strength(cls, value: Any) -> float:
-        return real(cls.kind, cls.param_name, value)
 
     def _penalise(self, values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         return values - self.strength * (counts > 0).to(values.dtype)

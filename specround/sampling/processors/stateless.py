@@ -34,6 +34,15 @@ def _no_state(kind: str, state: dict[str, Any]) -> None:
         raise InvalidProcessorError(f"{kind} is stateless but was given state {state!r}")
 
 
+def _stateless_arguments(
+    kind: str, params: dict[str, Any], param_keys: Sequence[str], state: dict[str, Any]
+) -> list[Any]:
+    """A stateless processor's constructor arguments: ``params`` in ``param_keys`` order, ``state`` empty."""
+    check_keys(kind, params, param_keys)
+    _no_state(kind, state)
+    return [params[key] for key in param_keys]
+
+
 def _keep(logits: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """``logits`` where ``keep`` (bool, same shape), ``-inf`` elsewhere."""
     return logits.masked_fill(~keep, _NEG_INF)
@@ -58,9 +67,7 @@ class Temperature(LogitProcessor):
     @classmethod
     def from_spec(cls, params: dict[str, Any], state: dict[str, Any]) -> Self:
         """Rebuild from :meth:`params`."""
-        check_keys(cls.kind, params, {"temperature"})
-        _no_state(cls.kind, state)
-        return cls(params["temperature"])
+        return cls(*_stateless_arguments(cls.kind, params, ("temperature",), state))
 
 
 class Greedy(LogitProcessor):
@@ -82,9 +89,7 @@ class Greedy(LogitProcessor):
     @classmethod
     def from_spec(cls, params: dict[str, Any], state: dict[str, Any]) -> Self:
         """Rebuild (no parameters)."""
-        check_keys(cls.kind, params, set())
-        _no_state(cls.kind, state)
-        return cls()
+        return cls(*_stateless_arguments(cls.kind, params, (), state))
 
 
 class TopK(LogitProcessor):
@@ -116,9 +121,7 @@ class TopK(LogitProcessor):
     @classmethod
     def from_spec(cls, params: dict[str, Any], state: dict[str, Any]) -> Self:
         """Rebuild from :meth:`params`."""
-        check_keys(cls.kind, params, {"k"})
-        _no_state(cls.kind, state)
-        return cls(params["k"])
+        return cls(*_stateless_arguments(cls.kind, params, ("k",), state))
 
 
 _NUCLEUS_TIERS = (1024, 8192)
@@ -204,9 +207,7 @@ class TopP(LogitProcessor):
     @classmethod
     def from_spec(cls, params: dict[str, Any], state: dict[str, Any]) -> Self:
         """Rebuild from :meth:`params`."""
-        check_keys(cls.kind, params, {"p"})
-        _no_state(cls.kind, state)
-        return cls(params["p"])
+        return cls(*_stateless_arguments(cls.kind, params, ("p",), state))
 
 
 class MinP(LogitProcessor):
@@ -237,9 +238,7 @@ class MinP(LogitProcessor):
     @classmethod
     def from_spec(cls, params: dict[str, Any], state: dict[str, Any]) -> Self:
         """Rebuild from :meth:`params`."""
-        check_keys(cls.kind, params, {"p"})
-        _no_state(cls.kind, state)
-        return cls(params["p"])
+        return cls(*_stateless_arguments(cls.kind, params, ("p",), state))
 
 
 class LogitBias(LogitProcessor):
