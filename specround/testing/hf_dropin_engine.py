@@ -17,6 +17,7 @@ from specround.adapters.memory_log import MemoryEventLog
 from specround.audit.run import audit_log
 from specround.errors import InvalidRequestError
 from specround.testing.engine_contract import EngineRequest
+from specround.testing.hf_engine import draft_mode
 from specround.testing.settings import SamplingSettings
 
 __all__ = ["SpecroundHfEngine", "generation_fields"]
@@ -61,16 +62,12 @@ class SpecroundHfEngine:
         name: str | None = None,
     ) -> None:
         """``k`` is the fixed draft length (prompt lookup: ``prompt_lookup`` tokens unless given)."""
-        if (assistant is None) == (prompt_lookup is None):
-            raise InvalidRequestError("give exactly one of an assistant model and a prompt-lookup length")
-        if prompt_lookup is not None and prompt_lookup < 1:
-            raise InvalidRequestError(f"prompt lookup needs a length >= 1, got {prompt_lookup}")
+        mode = draft_mode(assistant, prompt_lookup)
         self.model = model
         self.assistant = assistant
         self.prompt_lookup = prompt_lookup
         self.max_matching_ngram_size = max_matching_ngram_size
         self.k = k
-        mode = "assistant" if assistant is not None else f"prompt-lookup:{prompt_lookup}"
         self.name = name or f"specround.hf:{mode}"
         self.logs: list[MemoryEventLog] = []
 

@@ -30,7 +30,16 @@ import torch
 from specround.errors import InvalidRequestError
 from specround.testing.engine_contract import EngineRequest, RoundTrace
 
-__all__ = ["TransformersEngine"]
+__all__ = ["TransformersEngine", "draft_mode"]
+
+
+def draft_mode(assistant: Any | None, prompt_lookup: int | None) -> str:
+    """``assistant`` or ``prompt-lookup:N``: exactly one of an assistant model and a lookup length >= 1."""
+    if (assistant is None) == (prompt_lookup is None):
+        raise InvalidRequestError("give exactly one of an assistant model and a prompt-lookup length")
+    if prompt_lookup is not None and prompt_lookup < 1:
+        raise InvalidRequestError(f"prompt lookup needs a length >= 1, got {prompt_lookup}")
+    return "assistant" if assistant is not None else f"prompt-lookup:{prompt_lookup}"
 
 
 @dataclass
@@ -119,16 +128,12 @@ class TransformersEngine:
         num_assistant_tokens: int | None = None,
         name: str | None = None,
     ) -> None:
-        if (assistant is None) == (prompt_lookup is None):
-            raise InvalidRequestError("give exactly one of an assistant model and a prompt-lookup length")
-        if prompt_lookup is not None and prompt_lookup < 1:
-            raise InvalidRequestError(f"prompt lookup needs a length >= 1, got {prompt_lookup}")
+        mode = draft_mode(assistant, prompt_lookup)
         self.model = model
         self.assistant = assistant
         self.prompt_lookup = prompt_lookup
         self.max_matching_ngram_size = max_matching_ngram_size
         self.num_assistant_tokens = num_assistant_tokens
-        mode = "assistant" if assistant is not None else f"prompt-lookup:{prompt_lookup}"
         self.name = name or f"transformers:{mode}"
 
     def _config(self, request: EngineRequest) -> Any:
