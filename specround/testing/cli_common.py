@@ -2,15 +2,61 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
-__all__ = ["DEFAULT_PROMPT", "load_model_dir", "model_eos", "parse_prompt_ids", "print_report"]
+__all__ = [
+    "ALPHA_OPTION",
+    "DEFAULT_PROMPT",
+    "EOS_OPTION",
+    "HORIZON_OPTION",
+    "JSON_OPTION",
+    "JSON_OUT_OPTION",
+    "MIN_P_OPTION",
+    "REPETITION_PENALTY_OPTION",
+    "SAMPLES_OPTION",
+    "SEED_OPTION",
+    "TEMPERATURE_OPTION",
+    "TOP_K_OPTION",
+    "TOP_P_OPTION",
+    "PromptIds",
+    "PromptTexts",
+    "load_model_dir",
+    "model_eos",
+    "parse_prompt_ids",
+    "print_report",
+]
 
 DEFAULT_PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the"
 """The prompt text used when neither ``--prompt`` nor ``--prompt-ids`` is given: its repeats give prompt
 lookup something to match."""
+
+# Options both ``conform`` commands take, declared once (Typer reads each as a parameter's default).
+TEMPERATURE_OPTION: Any = typer.Option(1.0, help="Sampling temperature (> 0).")
+TOP_K_OPTION: Any = typer.Option(None, "--top-k", help="Top-k (off when not given).")
+TOP_P_OPTION: Any = typer.Option(None, "--top-p", help="Top-p (off when not given).")
+MIN_P_OPTION: Any = typer.Option(None, "--min-p", help="Min-p (off when not given).")
+REPETITION_PENALTY_OPTION: Any = typer.Option(None, "--repetition-penalty", help="Repetition penalty.")
+EOS_OPTION: Any = typer.Option(
+    None, "--eos-token-id", help="End-of-sequence token (default: the model's; -1: none)."
+)
+SAMPLES_OPTION: Any = typer.Option(1000, "--samples", min=1, help="Samples N per prompt and setting.")
+HORIZON_OPTION: Any = typer.Option(2, "--horizon", min=1, help="Generated tokens H read per sample.")
+ALPHA_OPTION: Any = typer.Option(0.01, "--alpha", help="Level of the law test.")
+SEED_OPTION: Any = typer.Option(0, "--seed", help="Seed of the first sample (sample i uses seed + i).")
+JSON_OPTION: Any = typer.Option(False, "--json", help="Print the report as JSON.")
+JSON_OUT_OPTION: Any = typer.Option(
+    None, "--json-out", help="Also write the report as JSON to this file (the table is still printed)."
+)
+PromptTexts = Annotated[
+    list[str] | None, typer.Option("--prompt", help="A prompt text (needs a tokenizer); repeatable.")
+]
+"""``--prompt`` (repeatable)."""
+PromptIds = Annotated[
+    list[str] | None, typer.Option("--prompt-ids", help="A prompt as comma-separated ids; repeatable.")
+]
+"""``--prompt-ids`` (repeatable)."""
 
 
 def parse_prompt_ids(text: str) -> list[int]:

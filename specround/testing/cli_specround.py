@@ -12,10 +12,11 @@ the ``audit`` row (specround's audit of every log they wrote). Same table, JSON 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
+from specround.testing import cli_common as options
 from specround.testing.cli_common import (
     DEFAULT_PROMPT,
     load_model_dir,
@@ -138,29 +139,21 @@ def conform_specround(
         None, "--prompt-lookup", help="Prompt (n-gram) lookup with this many candidate tokens."
     ),
     k: int = typer.Option(3, "--k", min=1, max=8, help="Draft length with an assistant."),
-    temperature: float = typer.Option(1.0, help="Sampling temperature (> 0)."),
-    top_k: int | None = typer.Option(None, "--top-k", help="Top-k (off when not given)."),
-    top_p: float | None = typer.Option(None, "--top-p", help="Top-p (off when not given)."),
-    min_p: float | None = typer.Option(None, "--min-p", help="Min-p (off when not given)."),
-    repetition_penalty: float | None = typer.Option(None, "--repetition-penalty", help="Repetition penalty."),
-    eos_token_id: int | None = typer.Option(
-        None, "--eos-token-id", help="End-of-sequence token (default: the model's; -1: none)."
-    ),
-    samples: int = typer.Option(1000, "--samples", min=1, help="Samples N per prompt and setting."),
-    horizon: int = typer.Option(2, "--horizon", min=1, help="Generated tokens H read per sample."),
-    alpha: float = typer.Option(0.01, "--alpha", help="Level of the law test."),
-    prompt: Annotated[
-        list[str] | None, typer.Option("--prompt", help="A prompt text (needs a tokenizer); repeatable.")
-    ] = None,
-    prompt_ids: Annotated[
-        list[str] | None, typer.Option("--prompt-ids", help="A prompt as comma-separated ids; repeatable.")
-    ] = None,
-    seed: int = typer.Option(0, "--seed", help="Seed of the first sample (sample i uses seed + i)."),
+    temperature: float = options.TEMPERATURE_OPTION,
+    top_k: int | None = options.TOP_K_OPTION,
+    top_p: float | None = options.TOP_P_OPTION,
+    min_p: float | None = options.MIN_P_OPTION,
+    repetition_penalty: float | None = options.REPETITION_PENALTY_OPTION,
+    eos_token_id: int | None = options.EOS_OPTION,
+    samples: int = options.SAMPLES_OPTION,
+    horizon: int = options.HORIZON_OPTION,
+    alpha: float = options.ALPHA_OPTION,
+    prompt: options.PromptTexts = None,
+    prompt_ids: options.PromptIds = None,
+    seed: int = options.SEED_OPTION,
     batch_size: int = typer.Option(256, "--batch-size", min=1, help="Requests per engine call."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-    json_out: str | None = typer.Option(
-        None, "--json-out", help="Also write the report as JSON to this file (the table is still printed)."
-    ),
+    as_json: bool = options.JSON_OPTION,
+    json_out: str | None = options.JSON_OUT_OPTION,
 ) -> None:
     """Run the kit on specround's own engines (compact Llama serving loop or the transformers drop-in)."""
     from specround.errors import InvalidRequestError, SpecroundError
