@@ -24,6 +24,9 @@ repetition after warm-up repetitions, and summarised by medians:
     it is the time inside ``submit_batch`` plus any wait for the previous step's durable outcome, with a
     simulated forward of ``forward_ms`` (a sleep, which releases the GIL as a torch forward does) between
     steps for the writer thread to hide behind; the durable write is the writer's time in ``publish``.
+    Every API sleeps the same simulated forward between its steps, outside the clock: a step that starts
+    after an idle forward finds colder caches than one run back to back, and the comparison must not
+    depend on that.
 
 Garbage collection: Python's periodic full collections scan every object of the process (here about
 200k, almost all from importing torch, SQLAlchemy and pydantic), and the rounds' allocations decide how often
@@ -245,6 +248,8 @@ class _Case:
             picks = [(self.cursor + b) % _POOL for b in range(self.batch_size)]
             self.cursor = (self.cursor + self.batch_size) % _POOL
             results: Sequence[RoundResult]
+            if self.api != "pipelined" and self.forward_s:
+                time.sleep(self.forward_s)  # the same simulated forward, outside the clock, for every API
             if self.api == "pipelined":
                 at = torch.tensor(picks)
                 drafts_t, q_t, p_t = self.rows.drafts[at], self.rows.q[at], self.rows.p[at]
@@ -476,7 +481,7 @@ def run_controller_bench(
                     durable_us_per_round=publish,
                     over_memory=wall / memory[(case.api, case.batch_size)],
                     mean_emitted=case.emitted / max(1, case.rounds),
-                    forward_ms=case.forward_s * 1e3 if case.api == "pipelined" else 0.0,
+                    forward_ms=case.forward_s * 1e3,
                 )
             )
         largest = max(batch_sizes)
