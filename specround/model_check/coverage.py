@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specround.statemachine.faults import FaultPoint
+from specround.statemachine.invariants import CHECKED_INVARIANTS, INVARIANT_TITLES
+
 __all__ = [
     "ITEMS",
     "RELATION_INVARIANTS",
@@ -32,28 +35,11 @@ __all__ = [
     "scan_tests",
 ]
 
-ITEMS: dict[str, str] = {
-    "INV-1": "frontier shape: C == O[:-1], F == O[-1], P == len(C)",
-    "INV-2": "growth min(A + 1, H); nothing after a stop; no round after finishing",
-    "INV-3": "ACCEPT draws = reached tests, TERMINAL draws 1 (0 on a prefix stop)",
-    "INV-4": "processors advance over published tokens only, in order",
-    "INV-5": "K/V commits [F_0] + d_1..d_A; rejected and later rows discarded",
-    "INV-6": "publication is a compare-and-swap; re-publication is idempotent",
-    "INV-7": "a failure before publication changes nothing; F-6 recovery acknowledges",
-    "INV-8": "replaying the log reproduces the live state",
-    "INV-9": "hash chains detect every edit, drop, duplicate, reorder, insert",
-    "INV-10": "every logged decision re-derives from the logged values",
-    "F-1": "after target verification",
-    "F-2": "after the acceptance decision",
-    "F-3": "after staging K/V rows",
-    "F-4": "after staging output and processors",
-    "F-5": "immediately before publication",
-    "F-6": "after publication, before the acknowledgement",
-}
+ITEMS: dict[str, str] = {**INVARIANT_TITLES, **{point.value: point.stage_title for point in FaultPoint}}
 """Every invariant and fault point, with a one-line title (numbering fixed by specs/)."""
 
-WALK_INVARIANTS = ("INV-1", "INV-2", "INV-3", "INV-4", "INV-5", "INV-6", "INV-7", "INV-8", "INV-9")
-"""The invariants the state-machine walk checks after every rule."""
+WALK_INVARIANTS = CHECKED_INVARIANTS
+"""The invariants the state-machine walk checks after every rule (those of the shared invariant checks)."""
 RELATION_INVARIANTS = ("INV-1", "INV-2", "INV-3", "INV-4", "INV-5", "INV-6", "INV-7", "INV-8", "INV-10")
 """The invariants the z3 round relation encodes (INV-10 through the witnesses' planned decisions)."""
 

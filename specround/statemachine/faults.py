@@ -62,6 +62,21 @@ class FaultPoint(StrEnum):
         """Whether a failure here must leave state and log unchanged (F-1..F-5)."""
         return self is not FaultPoint.AFTER_PUBLICATION
 
+    @property
+    def stage_title(self) -> str:
+        """Where the point lies, in a few words (the coverage table's and the report's title)."""
+        return _FAULT_TITLES[self]
+
+
+_FAULT_TITLES: dict[FaultPoint, str] = {
+    FaultPoint.AFTER_VERIFICATION: "after target verification",
+    FaultPoint.AFTER_DECISION: "after the acceptance decision",
+    FaultPoint.AFTER_KV_STAGING: "after staging K/V rows",
+    FaultPoint.AFTER_OUTPUT_STAGING: "after staging output and processors",
+    FaultPoint.BEFORE_PUBLICATION: "immediately before publication",
+    FaultPoint.AFTER_PUBLICATION: "after publication, before the acknowledgement",
+}
+
 
 FAULT_POINTS_BEFORE_PUBLICATION: tuple[FaultPoint, ...] = tuple(p for p in FaultPoint if p.before_publication)
 """F-1..F-5."""

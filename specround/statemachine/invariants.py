@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from specround.statemachine.controller import RoundController
 
 __all__ = [
+    "CHECKED_INVARIANTS",
+    "INVARIANT_TITLES",
     "Breach",
     "LogFingerprint",
     "chain_intact",
@@ -78,6 +80,23 @@ class Breach:
 
 LogFingerprint = list[tuple[str, int, str]]
 """``(request, seq, hash)`` of every stored event, in the log's order."""
+
+INVARIANT_TITLES: dict[str, str] = {
+    "INV-1": "frontier shape: C == O[:-1], F == O[-1], P == len(C)",
+    "INV-2": "growth min(A + 1, H); nothing after a stop; no round after finishing",
+    "INV-3": "ACCEPT draws = reached tests, TERMINAL draws 1 (0 on a prefix stop)",
+    "INV-4": "processors advance over published tokens only, in order",
+    "INV-5": "K/V commits [F_0] + d_1..d_A; rejected and later rows discarded",
+    "INV-6": "publication is a compare-and-swap; re-publication is idempotent",
+    "INV-7": "a failure before publication changes nothing; F-6 recovery acknowledges",
+    "INV-8": "replaying the log reproduces the live state",
+    "INV-9": "hash chains detect every edit, drop, duplicate, reorder, insert",
+    "INV-10": "every logged decision re-derives from the logged values",
+}
+"""Every invariant of specs/invariants.md with a one-line title (numbers are never reused)."""
+
+CHECKED_INVARIANTS: tuple[str, ...] = tuple(f"INV-{n}" for n in range(1, 10))
+"""The invariants the checks of this module decide (INV-10 is the audit's re-derivation of decisions)."""
 
 
 def log_fingerprint(log: EventLog) -> LogFingerprint:
