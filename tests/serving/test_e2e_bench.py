@@ -10,6 +10,7 @@ import pytest
 from specround.bench.e2e import (
     AA_CASE,
     PIPELINED_CASE,
+    E2EReport,
     default_prompts_dir,
     load_prompt_classes,
     run_e2e_bench,
@@ -24,12 +25,12 @@ def test_prompt_classes_load_from_the_checkout() -> None:
         load_prompt_classes(default_prompts_dir(), ["poetry"])
 
 
-@pytest.mark.real_model
-def test_a_tiny_run_reports_every_case(tmp_path: Path) -> None:
-    (tmp_path / "copy.txt").write_text("Copy exactly: one two three four five.\n---\nSay: red green blue.\n")
-    report = run_e2e_bench(
+def tiny_run(tmp_path: Path, prompts: str, temperature: float, *, pipelined: bool = False) -> E2EReport:
+    """A one-repetition, six-token run of the copy class on ``prompts``, n-gram K = 2, no transformers."""
+    (tmp_path / "copy.txt").write_text(prompts)
+    return run_e2e_bench(
         classes=["copy"],
-        temperatures=[0.0],
+        temperatures=[temperature],
         drafts=["ngram"],
         k=2,
         max_tokens=6,
@@ -37,7 +38,13 @@ def test_a_tiny_run_reports_every_case(tmp_path: Path) -> None:
         skip_hf=True,
         prompts_dir=tmp_path,
         threads=1,
+        pipelined=pipelined,
     )
+
+
+@pytest.mark.real_model
+def test_a_tiny_run_reports_every_case(tmp_path: Path) -> None:
+    report = tiny_run(tmp_path, "Copy exactly: one two three four five.\n---\nSay: red green blue.\n", 0.0)
     cases = [r.case for r in report.results]
     assert cases == ["specround plain", AA_CASE, "specround ngram K=2", "specround ngram K=auto"]
     plain, control, fixed, auto = report.results
@@ -55,20 +62,9 @@ def test_a_tiny_run_reports_every_case(tmp_path: Path) -> None:
     assert report.all_targets_met == all(t.met for t in report.targets)
 
 
+@pytest.mark.real_model
 def test_the_pipelined_cases_generate_the_same_tokens(tmp_path: Path) -> None:
-    (tmp_path / "copy.txt").write_text("Copy exactly: one two three four five.\n")
-    report = run_e2e_bench(
-        classes=["copy"],
-        temperatures=[0.7],
-        drafts=["ngram"],
-        k=2,
-        max_tokens=6,
-        repeats=1,
-        skip_hf=True,
-        prompts_dir=tmp_path,
-        threads=1,
-        pipelined=True,
-    )
+    report = tiny_run(tmp_path, "Copy exactly: one two three four five.\n", 0.7, pipelined=True)
     by_case = {r.case: r for r in report.results}
     assert PIPELINED_CASE in by_case and "specround ngram K=auto pipelined" in by_case
     plain, piped = by_case["specround plain"], by_case[PIPELINED_CASE]
