@@ -7,7 +7,8 @@ four prompts, cycled when a class holds fewer, left-padded):
 ``transformers plain``
     ``model.generate`` (B = 4: one batched call).
 ``transformers assistant K=<k>`` / ``transformers prompt-lookup K=<k>``
-    assisted generation (``num_assistant_tokens=K``, constant schedule, no confidence cut-off) and prompt
+    assisted generation (``num_assistant_tokens=K``, constant schedule, no confidence cut-off, all three set
+    on the assistant's own ``generation_config``, which is where transformers reads them) and prompt
     lookup (``prompt_lookup_num_tokens=K``, ``max_matching_ngram_size=3``); they refuse batches, so B = 4
     runs the four prompts one by one.
 ``specround.hf assistant K=<k>`` / ``specround.hf prompt-lookup K=<k>``
@@ -161,8 +162,12 @@ def run_hf_e2e_bench(
     texts = load_prompt_classes(prompts_dir or default_prompts_dir(), classes)
     log_dir = Path(tempfile.mkdtemp(prefix="specround-hf-bench-"))
     common: dict[str, Any] = {"max_new_tokens": max_tokens, "do_sample": False}
-    hf_assist = {"num_assistant_tokens": k, "num_assistant_tokens_schedule": "constant"}
-    hf_assist["assistant_confidence_threshold"] = 0.0
+    # transformers reads the draft length, its schedule and the confidence cut-off from the ASSISTANT's own
+    # generation config (the same fields passed to ``generate`` are not read), so they are set there.
+    draft_config = assistant.generation_config
+    draft_config.num_assistant_tokens = k
+    draft_config.num_assistant_tokens_schedule = "constant"
+    draft_config.assistant_confidence_threshold = 0.0
     hf_lookup = {"prompt_lookup_num_tokens": k, "max_matching_ngram_size": 3}
 
     def encode(batch: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -189,9 +194,7 @@ def run_hf_e2e_bench(
             ours = partial(_our_run, generate, model, encoded, eos, common, log, k, accept)
             runs: dict[str, Callable[[], int]] = {
                 "transformers plain": partial(hf, {}, False),
-                f"transformers assistant K={k}": partial(
-                    hf, {"assistant_model": assistant, **hf_assist}, True
-                ),
+                f"transformers assistant K={k}": partial(hf, {"assistant_model": assistant}, True),
                 f"transformers prompt-lookup K={k}": partial(hf, hf_lookup, True),
                 f"specround.hf assistant K={k}": partial(ours, "assistant", {"assistant_model": assistant}),
                 f"specround.hf prompt-lookup K={k}": partial(

@@ -37,7 +37,11 @@ from specround.hf.batch_cache import BatchedCausalLM
 from specround.hf.batch_loop import BatchLoop, RowRequests
 from specround.hf.controller_bridge import ControllerBridge
 from specround.hf.drafting import AssistantDrafter, Drafter, LookupDrafter
-from specround.hf.generation_settings import GenerationSettings, resolve_settings
+from specround.hf.generation_settings import (
+    GenerationSettings,
+    resolve_settings,
+    with_assistant_draft_length,
+)
 from specround.hf.outputs import SpecroundGenerateOutput, pad_sequences, stack_positions
 from specround.hf.processors import build_chain, stop_strings_processor
 from specround.sampling.processors.processor_chain import ProcessorChain
@@ -213,7 +217,8 @@ def generate(
     :class:`~specround.errors.UnsupportedGenerationConfigError`. ``seed`` is every row's request seed (one
     int, the same for every row, so a row's tokens do not depend on the batch), or one per row. ``k`` is
     the draft length (``0..8`` or ``"auto"``); by default ``prompt_lookup_num_tokens`` or a constant
-    ``num_assistant_tokens``, else ``"auto"``. ``log`` is a SQLite path, a database URL or an
+    ``num_assistant_tokens`` (the call's, else the one on the assistant's own ``generation_config``, where
+    transformers reads it), else ``"auto"``. ``log`` is a SQLite path, a database URL or an
     :class:`~specround.statemachine.ports.EventLog`; None writes
     ``specround-logs/generate-<time>-<id>.sqlite`` as ``specround generate`` does.
     """
@@ -245,7 +250,7 @@ def generate(
                 f"row {b}: prompt ({len(prompt)}) + {budget} new tokens exceed the context of {context}"
             )
     drafter = _drafter(assistant_model, settings, batch, vocab)
-    policy = _policy(k, settings, drafter)
+    policy = _policy(k, with_assistant_draft_length(settings, assistant_model), drafter)
     eos = tuple(t for t in settings.eos_token_ids if 0 <= t < vocab)
     p_chains, q_chains = _chains(settings, assistant, tokenizer, prompts, width, vocab)
     draft_digest = q_chains[0].config_digest() if drafter is not None else "none"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specround.errors import InvalidRequestError, UnsupportedGenerationConfigError
@@ -23,6 +23,7 @@ __all__ = [
     "resolve_config",
     "resolve_settings",
     "settings_from_config",
+    "with_assistant_draft_length",
 ]
 
 MAPPED_FIELDS = frozenset(
@@ -248,3 +249,26 @@ def settings_from_config(config: Any) -> GenerationSettings:
 def resolve_settings(model: Any, generation_config: Any, kwargs: Mapping[str, Any]) -> GenerationSettings:
     """:func:`resolve_config` then :func:`settings_from_config`."""
     return settings_from_config(resolve_config(model, generation_config, kwargs))
+
+
+def with_assistant_draft_length(settings: GenerationSettings, assistant_model: Any) -> GenerationSettings:
+    """``settings`` with the assistant's own ``num_assistant_tokens`` where the call did not set one.
+
+    transformers' assisted generation reads the draft length and its schedule from the assistant model's
+    ``generation_config``, not from the arguments of ``generate``; specround honours the call's value first
+    and the assistant's next, so a script written for transformers drafts as many tokens here as there.
+    """
+    if settings.num_assistant_tokens is not None or assistant_model is None:
+        return settings
+    own = getattr(assistant_model, "generation_config", None)
+    tokens = getattr(own, "num_assistant_tokens", None)
+    if tokens is None or tokens == 20:  # transformers' default: not a choice of the caller
+        return settings
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise InvalidRequestError(f"the assistant's num_assistant_tokens must be >= 0, got {tokens!r}")
+    schedule = getattr(own, "num_assistant_tokens_schedule", None) or "constant"
+    if schedule not in ("constant", "heuristic"):
+        raise UnsupportedGenerationConfigError(
+            ["num_assistant_tokens_schedule"], f"{schedule!r}; use 'constant' or 'heuristic'"
+        )
+    return replace(settings, num_assistant_tokens=tokens, num_assistant_tokens_schedule=schedule)
