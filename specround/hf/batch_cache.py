@@ -81,20 +81,26 @@ class BatchedCausalLM:
     # --- forward ---------------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def forward(self, feeds: Mapping[int, Sequence[int]], *, rows: str = "all") -> dict[int, torch.Tensor]:
+    def forward(
+        self,
+        feeds: Mapping[int, Sequence[int]],
+        *,
+        rows: str = "all",
+        tails: Mapping[int, int] | None = None,
+    ) -> dict[int, torch.Tensor]:
         """Run each row's new tokens (rows not in ``feeds`` feed nothing) in ONE forward.
 
-        Returns each fed row's logits (float32): ``[n_b, V]`` with ``rows="all"``, ``[1, V]`` (its last
-        token) with ``"last"``, nothing with ``"none"`` (the head is applied only to the rows returned).
+        Returns the logits (float32) of each row's last ``tails[row]`` fed tokens, ``[tails[row], V]``, for
+        every row with a non-zero tail. Without ``tails``, ``rows`` says which: ``"all"`` (every fed token),
+        ``"last"`` (the last one) or ``"none"``. The output head runs only on the columns some row wants.
         The new tokens are pending until :meth:`commit`; a second forward before it is refused.
         """
-        if rows not in ("all", "last", "none"):
-            raise InvalidRequestError(f"rows must be all, last or none, got {rows!r}")
         if self._pending is not None:
             raise CacheProtocolError("the previous forward is neither committed nor dropped")
         for row in feeds:
             if row not in self._columns:
                 raise CacheProtocolError(f"row {row} is not in the batch")
+        wanted = _tails(feeds, rows, tails)
         n = max((len(f) for f in feeds.values()), default=0)
         if n == 0:
             return {}
@@ -118,12 +124,16 @@ class BatchedCausalLM:
         visible = torch.cat((old[:, None, :].expand(batch, n, width), own), dim=-1)  # [B, n, T + n]
         mask = torch.zeros(visible.shape, dtype=self.dtype)
         mask.masked_fill_(~visible, torch.finfo(self.dtype).min)
+        # The head's columns: the union of every row's wanted tail (row b's n_b tokens are columns 0..n_b-1).
+        spans = {row: (len(feeds[row]) - t, len(feeds[row])) for row, t in wanted.items() if t}
+        columns = sorted({c for start, end in spans.values() for c in range(start, end)})
         extra: dict[str, Any] = {self._cache_kwarg: self.cache}
-        if self._slices and rows == "none":
+        if self._slices and not columns:
             extra["logits_to_keep"] = 1
-        elif self._slices and rows == "last":
-            last = [max(len(feeds.get(row, ())) - 1, 0) for row in self.rows]
-            extra["logits_to_keep"] = torch.tensor(last, dtype=torch.int64)[:, None].to(device)  # [B, 1]
+        elif self._slices and len(columns) < n:
+            extra["logits_to_keep"] = torch.tensor(columns, dtype=torch.int64).to(device)  # [C]
+        else:
+            columns = list(range(n))
         out = self.model(
             input_ids=ids.to(device),
             position_ids=positions.to(device),
@@ -133,15 +143,14 @@ class BatchedCausalLM:
         )
         self._pending = (width, {row: [int(t) for t in f] for row, f in feeds.items()})
         self._width = width + n
-        if rows == "none":
+        if not spans:
             return {}
-        logits = out.logits.to(torch.float32)  # [B, n, V] or [B, 1, V]
-        fed = {row: f for row, f in feeds.items() if f}
-        if rows == "last":
-            if self._slices:
-                return {row: logits[self.rows.index(row), -1:] for row in fed}
-            return {row: logits[self.rows.index(row), len(f) - 1 : len(f)] for row, f in fed.items()}
-        return {row: logits[self.rows.index(row), : len(f)] for row, f in fed.items()}
+        logits = out.logits.to(torch.float32)  # [B, C, V]
+        at = {c: i for i, c in enumerate(columns)}  # a row's span is contiguous in ``columns``
+        return {
+            row: logits[self.rows.index(row), at[start] : at[start] + end - start]
+            for row, (start, end) in spans.items()
+        }
 
     def commit(self, keep: Mapping[int, int]) -> None:
         """Keep the first ``keep[row]`` tokens each row fed in the last forward (others keep none)."""
@@ -245,3 +254,19 @@ class BatchedCausalLM:
     def width(self) -> int:
         """Columns of the shared cache (holes included)."""
         return self._width
+
+
+def _tails(feeds: Mapping[int, Sequence[int]], rows: str, tails: Mapping[int, int] | None) -> dict[int, int]:
+    """How many of each fed row's last tokens :meth:`BatchedCausalLM.forward` returns logits for."""
+    if tails is None:
+        if rows not in ("all", "last", "none"):
+            raise InvalidRequestError(f"rows must be all, last or none, got {rows!r}")
+        every = {"all": None, "last": 1, "none": 0}[rows]
+        return {row: len(f) if every is None else min(every, len(f)) for row, f in feeds.items()}
+    wanted = {}
+    for row, t in tails.items():
+        fed = len(feeds.get(row, ()))
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= fed:
+            raise InvalidRequestError(f"row {row}: a tail of {t!r} of {fed} fed tokens")
+        wanted[row] = t
+    return wanted

@@ -67,6 +67,8 @@ class _Verified:
     """[k + 1, V] processed."""
     work: list[RoundWork]
     seconds: float
+    filled: dict[int, int]
+    """Committed-cache tokens each row fed ahead of its verification (its prompt, in the first step)."""
 
 
 class BatchLoop:
@@ -108,7 +110,7 @@ class BatchLoop:
         """Per row, the raw logits of every emitted position (with ``output_logits``)."""
 
     def open(self, rows: RowRequests) -> None:
-        """Open every row's request, then prefill the committed caches ``C = O[:-1]`` in one forward."""
+        """Open every row's request; each row's committed cache ``C = O[:-1]`` fills in its first verify."""
         for b, prompt in enumerate(rows.prompts):
             state = self.bridge.open_request(
                 prompt,
@@ -127,10 +129,6 @@ class BatchLoop:
         self.stats = [AcceptanceStats() for _ in range(batch)]
         self.scores = [[] for _ in range(batch)]
         self.raw = [[] for _ in range(batch)]
-        feeds = {b: list(self.states[b].cache) for b in range(batch)}
-        if any(feeds.values()):
-            self.target.forward(feeds, rows="none")
-            self.target.commit({b: len(f) for b, f in feeds.items()})
 
     def run(self) -> None:
         """Step until every row finished and every round is durable."""
@@ -154,7 +152,7 @@ class BatchLoop:
                 drafts.q_rows[b],
                 verified.p_rows[b],
                 proposal_draws=drafts.draws[b],
-                verify_rows=work.computed_rows,
+                verify_rows=work.computed_rows - verified.filled[b],
                 timings=timing,
             )
             for b, work, timing in zip(live, verified.work, share_out(times, verified.work), strict=True)
@@ -228,16 +226,24 @@ class BatchLoop:
         return out
 
     def _verify(self, live: Sequence[int], asked: Mapping[int, int], drafts: _Drafts) -> _Verified:
-        """ONE target forward over every row's verification inputs, then each row's p rows along its path."""
-        states = self.states
+        """ONE target forward over every row's verification inputs, then each row's p rows along its path.
+
+        A row whose target cache lacks part of its committed cache ``C`` (its prompt, on the first step) feeds
+        that part first, in the same forward; only the verification inputs get logits.
+        """
+        states, target = self.states, self.target
         inputs = {
             b: verification_inputs(
                 BRIDGE_LAYOUT, int(states[b].frontier or 0), drafts.tokens[b], len(states[b].cache)
             )
             for b in live
         }
+        filled = {b: states[b].cache[len(target.tokens[b]) :] for b in live}
         t0 = self.clock()
-        computed = self.target.forward({b: list(inputs[b].input_ids) for b in live})
+        computed = target.forward(
+            {b: [*filled[b], *inputs[b].input_ids] for b in live},
+            tails={b: len(inputs[b].input_ids) for b in live},
+        )
         seconds = self.clock() - t0
         logits, p_rows, work = {}, {}, []
         for b in live:
@@ -247,8 +253,9 @@ class BatchLoop:
             p_rows[b] = self.bridge.processors(self.rids[b]).rows_along(
                 logits[b], drafts.tokens[b]
             )  # [k+1, V]
-            work.append(RoundWork(asked[b], len(inputs[b].input_ids), own_s=self.clock() - t1))
-        return _Verified(logits, p_rows, work, seconds)
+            rows = len(filled[b]) + len(inputs[b].input_ids)
+            work.append(RoundWork(asked[b], rows, own_s=self.clock() - t1))
+        return _Verified(logits, p_rows, work, seconds, {b: len(f) for b, f in filled.items()})
 
     def _settle(
         self,
@@ -262,7 +269,7 @@ class BatchLoop:
         keeps: dict[int, int] = {}
         outcomes = []
         for b, req, result in zip(live, requests, results, strict=True):
-            keeps[b] = result.keep
+            keeps[b] = verified.filled[b] + result.keep
             self.states[b] = result.state
             self.q_chains[b].advance_many(result.emitted_ids)
             self._keep_positions(b, len(result.emitted_ids), verified)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from specround.errors import CacheProtocolError
+from specround.errors import CacheProtocolError, InvalidRequestError
 from specround.hf.batch_cache import BatchedCausalLM
 from tests.hf._models import tiny_llama, tiny_qwen2
 
@@ -85,3 +85,23 @@ def test_tidy_cuts_the_tail_keeps_small_holes_and_compacts_large_ones() -> None:
     out = cache.forward({0: [66], 1: [67]})
     assert torch.allclose(out[0], _alone(model, [1, 2, 60, 62, 64, 66])[-1:], atol=1e-5)
     assert torch.allclose(out[1], _alone(model, [7, 8, 50, 61, 65, 67])[-1:], atol=1e-5)
+
+
+def test_tails_return_only_the_asked_positions_and_head_only_their_columns() -> None:
+    model = tiny_llama(0)
+    head_rows: list[int] = []
+    model.get_output_embeddings().register_forward_hook(
+        lambda _m, args, _out: head_rows.append(args[0].shape[0] * args[0].shape[1])
+    )
+    cache = BatchedCausalLM(model, [0, 1])
+    feeds = {0: [1, 2, 3, 4, 5, 6], 1: [7, 8, 9]}
+    out = cache.forward(feeds, tails={0: 2, 1: 1})
+    assert head_rows == [2 * 3]  # columns 2 (row 1's last), 4 and 5 (row 0's last two), for both rows
+    assert set(out) == {0, 1} and out[0].shape[0] == 2 and out[1].shape[0] == 1
+    assert torch.allclose(out[0], _alone(model, feeds[0])[-2:], atol=1e-5)
+    assert torch.allclose(out[1], _alone(model, feeds[1])[-1:], atol=1e-5)
+    cache.commit({0: 6, 1: 3})
+    assert cache.forward({0: [10], 1: [11]}, tails={0: 0, 1: 0}) == {}
+    cache.commit({0: 1, 1: 1})
+    with pytest.raises(InvalidRequestError):
+        cache.forward({0: [12]}, tails={0: 2})  # more than it fed

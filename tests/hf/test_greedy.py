@@ -77,3 +77,55 @@ def test_an_assistant_equal_to_the_target_is_always_accepted() -> None:
     assert out.totals.proposed > 0 and out.totals.accepted == out.totals.proposed
     # One target forward per step: 9 tokens in rounds of K + 1 = 5 -> 2 rounds per row.
     assert all(len(r) == 2 for r in out.rounds)
+
+
+def test_each_step_is_one_target_forward_with_the_prompt_filled_in_the_first() -> None:
+    model = tiny_llama(0)
+    calls: list[int] = []
+    model.register_forward_pre_hook(
+        lambda _m, _a, kw: calls.append(kw["input_ids"].shape[1]), with_kwargs=True
+    )
+    out = generate(
+        model,
+        IDS,
+        attention_mask=MASK,
+        prompt_lookup_num_tokens=3,
+        log=MemoryEventLog(),
+        max_new_tokens=10,
+        do_sample=False,
+        eos_token_id=None,
+        return_dict_in_generate=True,
+    )
+    assert isinstance(out, SpecroundGenerateOutput)
+    assert len(calls) == max(len(r) for r in out.rounds)  # no forward of its own for the prompts
+    assert calls[0] >= 6  # row 1's whole prompt is in the first verification
+
+
+def test_the_assistants_own_draft_length_is_honoured_and_the_calls_overrides_it() -> None:
+    model, assistant = tiny_llama(0), tiny_llama(1)
+    assistant.generation_config.num_assistant_tokens = 2
+    common: dict[str, Any] = {"max_new_tokens": 10, "do_sample": False, "eos_token_id": None}
+    own = generate(
+        model,
+        IDS,
+        attention_mask=MASK,
+        assistant_model=assistant,
+        log=MemoryEventLog(),
+        return_dict_in_generate=True,
+        **common,
+    )
+    call = generate(
+        model,
+        IDS,
+        attention_mask=MASK,
+        assistant_model=assistant,
+        log=MemoryEventLog(),
+        return_dict_in_generate=True,
+        num_assistant_tokens=3,
+        **common,
+    )
+    assert isinstance(own, SpecroundGenerateOutput) and isinstance(call, SpecroundGenerateOutput)
+    assert {r.requested_k for rows in own.rounds for r in rows} <= {0, 1, 2}
+    assert max(r.requested_k for rows in own.rounds for r in rows) == 2
+    assert max(r.requested_k for rows in call.rounds for r in rows) == 3
+    assert torch.equal(own.sequences, call.sequences)  # greedy: the draft length changes no token
