@@ -24,12 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
 from specround.audit.audit_report import AuditFinding
 from specround.sampling.exact import accepts
 from specround.sampling.processors.processor import StopAutomaton
-from specround.sampling.rng import uniforms
+from specround.sampling.rng import uniforms_host
 from specround.sampling.types import Stream
 from specround.statemachine.invariants import emission_respects_stops
 from specround.statemachine.replay import ReplayedRound
@@ -55,6 +57,18 @@ def _unreadable(exc: Exception) -> str:
 def _signed64(value: int) -> int:
     value &= (1 << 64) - 1
     return value - (1 << 64) if value >= (1 << 63) else value
+
+
+def _philox(seeds: npt.NDArray[np.int64], stream: Stream, counters: npt.NDArray[np.int64]) -> list[float]:
+    """The Philox uniforms of ``(seed, stream, counter)`` triples, computed on the host.
+
+    A negative counter raises: the controller never draws one, so the round is reported as malformed.
+    """
+    if counters.size and int(counters.min()) < 0:
+        raise ValueError(f"a {stream.name} counter is negative: {int(counters.min())}")
+    streams = np.full(1, int(stream), dtype=np.int64)
+    values: list[float] = uniforms_host(seeds, streams, counters).tolist()
+    return values
 
 
 @dataclass(slots=True)
@@ -242,9 +256,9 @@ class DecisionAuditor:
     def _check_draws(self, draws: list[_Draws]) -> None:
         tests = [(d, i) for d in draws for i in range(len(d.expected))]
         if tests:
-            seeds = torch.tensor([_signed64(d.seed) for d, _ in tests], dtype=torch.int64)
-            counters = torch.tensor([d.accept_counter + i for d, i in tests], dtype=torch.int64)
-            fresh = uniforms(seeds, Stream.ACCEPT, counters).tolist()
+            seeds = np.array([_signed64(d.seed) for d, _ in tests], dtype=np.int64)
+            counters = np.array([d.accept_counter + i for d, i in tests], dtype=np.int64)
+            fresh = _philox(seeds, Stream.ACCEPT, counters)
             p = torch.tensor([d.p_draft[i] for d, i in tests], dtype=torch.float64)
             q = torch.tensor([d.q_draft[i] for d, i in tests], dtype=torch.float64)
             logged = [d.logged_uniforms[i] if i < len(d.logged_uniforms) else float("nan") for d, i in tests]
@@ -279,9 +293,10 @@ class DecisionAuditor:
                 )
         terminal = [d for d in draws if d.terminal_counter is not None]
         if terminal:
-            seeds = torch.tensor([_signed64(d.seed) for d in terminal], dtype=torch.int64)
-            counters = torch.tensor([d.terminal_counter for d in terminal], dtype=torch.int64)
-            for d, u_fresh in zip(terminal, uniforms(seeds, Stream.TERMINAL, counters).tolist(), strict=True):
+            seeds = np.array([_signed64(d.seed) for d in terminal], dtype=np.int64)
+            counters = np.array([d.terminal_counter for d in terminal], dtype=np.int64)
+            fresh_terminal = _philox(seeds, Stream.TERMINAL, counters)
+            for d, u_fresh in zip(terminal, fresh_terminal, strict=True):
                 if u_fresh != d.terminal_uniform:
                     self._find(
                         "INV-10",
