@@ -20,9 +20,9 @@ plus the details of each part that ran. Parts (:data:`PARTS`, selected with :att
     The mutation lab (:mod:`.mutation_lab`): every failure class of contract#failure-lab must be killed; the
     mutation score is killed / total and must be 100 %.
 
-The coverage table (:mod:`.coverage`) of INV-n and F-n is always built. The report passes only when every
-row passes: every proof holds, every conformance pair conforms, every mutation is killed, every check of
-the other parts passes.
+The coverage table (:mod:`.coverage`) of INV-n, F-n and the pipelined cells is always built. The report
+passes only when every row passes: every proof holds, every conformance pair conforms, every mutation is
+killed, every check of the other parts passes.
 """
 
 from __future__ import annotations
@@ -424,7 +424,7 @@ def _coverage(report: CheckReport) -> None:
     report.results.append(
         CheckResult(
             "coverage",
-            "every INV-n and F-n is covered by a registered proof that holds",
+            "every INV-n, F-n and pipelined cell is covered by a registered proof that holds",
             not unproved,
             float(len(unproved)),
             0.0,
@@ -436,7 +436,7 @@ def _coverage(report: CheckReport) -> None:
         report.results.append(
             CheckResult(
                 "coverage",
-                "every INV-n and F-n is exercised by a test, the lab or conformance",
+                "every INV-n, F-n and pipelined cell is exercised by a test, the lab or conformance",
                 not idle,
                 float(len(idle)),
                 0.0,

@@ -1,13 +1,14 @@
 """The coverage table of ``specround check``: what stands behind each invariant INV-n and fault point F-n.
 
-For every item of ``specs/invariants.md`` and ``specs/faults.md``:
+For every item of ``specs/invariants.md`` and ``specs/faults.md`` (INV-n, F-n, and the pipelined
+publication cells of ``specround faults``, :data:`~specround.audit.pipelined_faults.PIPELINED_CELLS`):
 
 * **proofs**: registered z3 proofs whose ``covers`` name it
   (:func:`~specround.model_check.z3.proofs.all_proofs` builds the registry without solving anything; the
   statuses are added when the proofs ran);
-* **tests**: test functions that cite it, found by scanning ``tests/`` for ``INV-n`` / ``F-n`` (the repository
-  checkout's ``tests`` directory beside the package; an installed package has none, and the column is
-  empty);
+* **tests**: test functions that cite it, found by scanning ``tests/`` for ``INV-n`` / ``F-n`` and for a
+  pipelined cell's name in quotes (``"write fails"``), in the repository checkout's ``tests`` directory
+  beside the package (an installed package has none, and the column is empty);
 * **mutations**: mutation-lab mutations whose failure class violates it, with their verdicts, when the lab
   ran;
 * **conformance**: the conformance scenarios that exercise it (the fault witnesses for F-n, the walk's
@@ -22,11 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specround.audit.pipelined_faults import PIPELINED_CELLS
 from specround.statemachine.faults import FaultPoint
 from specround.statemachine.invariants import CHECKED_INVARIANTS, INVARIANT_TITLES
 
 __all__ = [
     "ITEMS",
+    "PIPELINED_TITLES",
     "RELATION_INVARIANTS",
     "WALK_INVARIANTS",
     "CoverageRow",
@@ -35,8 +38,19 @@ __all__ = [
     "scan_tests",
 ]
 
-ITEMS: dict[str, str] = {**INVARIANT_TITLES, **{point.value: point.stage_title for point in FaultPoint}}
-"""Every invariant and fault point, with a one-line title (numbering fixed by specs/)."""
+PIPELINED_TITLES: dict[str, str] = {
+    "write fails": "pipelined: t's write fails while t + 1 is in flight",
+    "write conflicts": "pipelined: t loses the fence while t + 1 is in flight",
+    "F-5 in flight": "pipelined: F-5 on t + 1 while t's write runs",
+    "ack lost in flight": "pipelined: F-6 on t while t + 1 is in flight",
+}
+"""A one-line title per pipelined fault cell (specs/faults.md, "Pipelined publication")."""
+ITEMS: dict[str, str] = {
+    **INVARIANT_TITLES,
+    **{point.value: point.stage_title for point in FaultPoint},
+    **{cell: PIPELINED_TITLES[cell] for cell in PIPELINED_CELLS},
+}
+"""Every invariant, fault point and pipelined cell, with a one-line title (numbering fixed by specs/)."""
 
 WALK_INVARIANTS = CHECKED_INVARIANTS
 """The invariants the state-machine walk checks after every rule (those of the shared invariant checks)."""
@@ -44,6 +58,7 @@ RELATION_INVARIANTS = ("INV-1", "INV-2", "INV-3", "INV-4", "INV-5", "INV-6", "IN
 """The invariants the z3 round relation encodes (INV-10 through the witnesses' planned decisions)."""
 
 _CITATION = re.compile(r"\b(INV-(?:10|[1-9])|F-[1-6])\b")
+_CELL_CITATION = re.compile("[\"'](" + "|".join(re.escape(cell) for cell in PIPELINED_CELLS) + ")[\"']")
 _TEST_DEF = re.compile(r"^\s*(?:async\s+)?def\s+(test_\w+)")
 _OTHER_DEF = re.compile(r"^(?:def|class)\s+")
 
@@ -69,7 +84,7 @@ def scan_tests(directory: Path | None) -> dict[str, list[str]]:
                 current = match.group(1)
             elif _OTHER_DEF.match(line):
                 current = None  # a module-level helper or class: cite the file
-            for item in _CITATION.findall(line):
+            for item in (*_CITATION.findall(line), *_CELL_CITATION.findall(line)):
                 found[item].add(f"{name}::{current}" if current else name)
     return {item: sorted(hits) for item, hits in found.items()}
 

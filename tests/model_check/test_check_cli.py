@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 import specround.model_check.mutants as mutants
+from specround.audit.pipelined_faults import PIPELINED_CELLS
 from specround.cli import app
 from specround.model_check import check_suite as report_module
 from specround.model_check import enumeration
@@ -49,7 +50,7 @@ def test_small_check_passes_with_json() -> None:
     assert "the oracle rejects it" in names  # the oracle's decision smoke tests
     assert "interior optimum found when one exists" in names
     assert payload["proofs"] == [] and payload["mutation_lab"] is None and payload["mutation_score"] is None
-    assert len(payload["coverage"]) == 16  # INV-1..INV-10, F-1..F-6
+    assert len(payload["coverage"]) == 20  # INV-1..INV-10, F-1..F-6, the four pipelined cells
 
 
 def test_report_groups_random_fixtures() -> None:
@@ -72,6 +73,9 @@ def test_only_selects_parts_and_coverage_is_always_built() -> None:
     coverage = {row["item"]: row for row in payload["coverage"]}
     assert all(coverage[item]["proofs"] for item in coverage)  # from the registry, without solving
     assert coverage["F-6"]["proofs_ok"] is None
+    for cell in PIPELINED_CELLS:
+        assert any(".pipelined." in proof for proof in coverage[cell]["proofs"]), cell  # z3-covered
+        assert any("test_z3_pipelined.py::" in test for test in coverage[cell]["tests"]), cell
 
 
 @pytest.mark.parametrize(

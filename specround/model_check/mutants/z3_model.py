@@ -5,7 +5,9 @@ Contract: contract#failure-lab.
 The seams are the rules of :mod:`specround.model_check.z3.rules` where :mod:`~specround.model_check.z3.
 transition` binds them (by identity, as for the code path); each wrong variant is built from the original
 rule. The step proofs run on the replay layout; ``retained skips frontier row`` breaks the retained layout
-only, and the layout-equivalence proof must see it.
+only, and the layout-equivalence proof must see it. The pipelined-publication mutations replace the rules
+:mod:`~specround.model_check.z3.pipelined_rounds` binds and are refuted by the replay layout's pipelined
+proofs (:mod:`~specround.model_check.z3.pipelined_proofs`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 import z3
 
 from specround.model_check.mutants.mutation import Mutation, Scratch, Seam
-from specround.model_check.z3 import rules, transition
+from specround.model_check.z3 import pipelined_rounds, rules, transition
 from specround.model_check.z3.protocol_state import ProtocolConfig, ProtocolState, RoundInputs
 from specround.model_check.z3.rules import CommitPlan, Emission, Publication
 from specround.model_check.z3.terms import Bool, Int, TokenList
@@ -25,6 +27,7 @@ from specround.sampling.types import Layout
 __all__ = ["MODEL_MUTATIONS"]
 
 _STEP = "protocol.step.replay_frontier"
+_PIPELINED = "protocol.pipelined.replay_frontier"
 
 
 def _commit_rejected_row(original: Any, _scratch: Scratch) -> Any:
@@ -138,6 +141,34 @@ def _rng_kept_on_abort(original: Any, _scratch: Scratch) -> Any:
     return authoritative_post
 
 
+def _no_parent_gate(_original: Any, _scratch: Scratch) -> Any:
+    def parent_gate(parent_durable: Bool) -> Bool:
+        return z3.BoolVal(True)
+
+    return parent_gate
+
+
+def _fence_on_staged(_original: Any, _scratch: Scratch) -> Any:
+    def fresh_generation(pre: ProtocolState, inputs: RoundInputs) -> Bool:
+        return z3.BoolVal(True)
+
+    return fresh_generation
+
+
+def _rollback_to_staged(_original: Any, _scratch: Scratch) -> Any:
+    def last_durable(before: ProtocolState, staged: ProtocolState, durable: Bool) -> ProtocolState:
+        return staged
+
+    return last_durable
+
+
+def _release_on_decision(_original: Any, _scratch: Scratch) -> Any:
+    def released(submitted: Bool, durable: Bool, acknowledged: Bool) -> Bool:
+        return submitted
+
+    return released
+
+
 def _mutation(
     name: str,
     failure_class: str,
@@ -225,6 +256,41 @@ MODEL_MUTATIONS = (
         Seam(transition, rules.commit_plan, _retained_skips_frontier_row),
         refuted_by="protocol.layout_equivalence",
         sections=("contract#staging",),
+    ),
+    _mutation(
+        "t+1 on a fenced-out round",
+        "the writer hands t + 1 to the log although t lost the fence (only the generation fence guards it)",
+        "INV-6",
+        Seam(pipelined_rounds, rules.parent_gate, _no_parent_gate),
+        refuted_by=f"{_PIPELINED}.write_conflicts",
+        sections=("write conflicts", "contract#fenced-publication"),
+    ),
+    Mutation(
+        "t+1 publishes although t failed",
+        "z3 model",
+        "t + 1 is written without its parent's durability or the log's generation, after t's write failed",
+        ("INV-7", "write fails", "contract#fenced-publication"),
+        (
+            Seam(pipelined_rounds, rules.parent_gate, _no_parent_gate),
+            Seam(pipelined_rounds, rules.fresh_generation, _fence_on_staged),
+        ),
+        f"{_PIPELINED}.write_fails",
+    ),
+    _mutation(
+        "rollback ignores the failed round",
+        "rollback_to crops the engine's K/V to t's staged successor, as if t's failed write were durable",
+        "INV-7",
+        Seam(pipelined_rounds, rules.last_durable, _rollback_to_staged),
+        refuted_by=f"{_PIPELINED}.write_fails",
+        sections=("write fails", "contract#kv-commit"),
+    ),
+    _mutation(
+        "release before durable",
+        "a round's tokens are released once the sampler decided, before its write is durable",
+        "INV-7",
+        Seam(pipelined_rounds, rules.released, _release_on_decision),
+        refuted_by=f"{_PIPELINED}.safety",
+        sections=("write fails", "write conflicts"),
     ),
 )
 """Every mutation of the z3 model, each refuted by the proof it names (``protocol.mutant.*``)."""

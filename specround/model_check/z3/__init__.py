@@ -13,7 +13,9 @@ One module per part:
   conformance);
 * :mod:`.invariants`: the initial state, the state invariants and what every round attempt must satisfy;
 * :mod:`.protocol_proofs`: induction, faults, fencing, bounded runs; :mod:`.regressions`: sat-trace
-  regressions; :mod:`.hash_chain`: the log's hash chain (INV-9);
+  regressions; :mod:`.pipelined_rounds` and :mod:`.pipelined_proofs`: pipelined publication (round t + 1
+  built on t's staged successor while t's write fails, conflicts, or meets F-5 / F-6); :mod:`.hash_chain`:
+  the log's hash chain (INV-9);
 * :mod:`.coupling`: the one-token coupling and the prefix induction; :mod:`.decision_proofs`: the sampler's
   decisions re-derived from logged values (INV-10).
 

@@ -2,8 +2,10 @@
 
 The style is mypyvy's: the initial state satisfies the state invariants, every transition preserves each
 round obligation (``INV and T and not INV'`` is unsat, per INV, per layout, K = 8), publication is
-idempotent and fenced, the two layouts publish the same successor, and bounded runs of six attempts with
-arbitrary faults, retries and stale writers reach no violation. The sat-trace regressions
+idempotent and fenced, the two layouts publish the same successor, bounded runs of six attempts with
+arbitrary faults, retries and stale writers reach no violation, and pipelined publication (round t + 1
+built on t's staged successor while t's write fails, conflicts, or hits F-5 / F-6) keeps the guarantees of
+specs/faults.md (:mod:`.pipelined_proofs`). The sat-trace regressions
 (:mod:`.regressions`) keep the interesting behaviours reachable, so an over-constrained relation cannot
 pass vacuously; the mutations of the model (:data:`specround.model_check.mutants.MODEL_MUTATIONS`) show
 that the proofs they name can fail.
@@ -15,6 +17,7 @@ from dataclasses import replace
 
 import z3
 
+from specround.model_check.z3.pipelined_proofs import register_pipelined
 from specround.model_check.z3.proofs import Obligation, Proof, ProofRegistry
 from specround.model_check.z3.protocol_invariants import (
     ROUND_INVARIANTS,
@@ -296,6 +299,7 @@ def protocol_proofs() -> list[Proof]:
         _register_steps(registry, layout)
         _register_fencing(registry, layout)
         register_regressions(registry, layout)
+        register_pipelined(registry, layout)
     registry.add(
         "layout_equivalence",
         _layout_equivalence,

@@ -14,6 +14,11 @@ budget is reached (``n = min(A + 1, H)`` tokens); the round commits the rows of 
 gets a row) after validating their token identities and positions. RNG: ``accept += min(A + 1, k)`` (or
 ``n`` when a stop at accepted position ``n`` ends the request), ``terminal += 1`` (0 on such a stop).
 Processors advance over the emitted tokens. Publication is a compare-and-swap on the generation.
+
+Pipelined publication (:mod:`.pipelined_rounds`) adds three rules: the writer hands a round's publication to
+the log only when the round it was built on became durable (:func:`parent_gate`); an aborted round the
+engine already acted on crops its K/V back to the last durable state the writer knows
+(:func:`last_durable`); tokens are released only for durable, acknowledged rounds (:func:`released`).
 """
 
 from __future__ import annotations
@@ -35,7 +40,10 @@ __all__ = [
     "ends_emission",
     "finished_gate",
     "fresh_generation",
+    "last_durable",
+    "parent_gate",
     "processed_after",
+    "released",
     "rows_valid",
     "terminal_draws",
 ]
@@ -141,3 +149,29 @@ def authoritative_post(
 ) -> ProtocolState:
     """The successor once published; otherwise the state exactly as it was (INV-7)."""
     return successor.choose(publication.published, pre)
+
+
+def parent_gate(parent_durable: Bool) -> Bool:
+    """A pipelined round reaches the log only if the round it was built on became durable.
+
+    The writer drops it otherwise: the fence alone lets it through when a rival's round holds the
+    generation it expects.
+    """
+    return parent_durable
+
+
+def last_durable(before: ProtocolState, staged: ProtocolState, durable: Bool) -> ProtocolState:
+    """The writer's last durable state of a request after a pipelined write.
+
+    The staged successor if the write became durable, else the state before it (what ``rollback_to``
+    crops the engine's K/V to).
+    """
+    return staged.choose(durable, before)
+
+
+def released(submitted: Bool, durable: Bool, acknowledged: Bool) -> Bool:
+    """A round's tokens reach the caller once its round is durable and acknowledged.
+
+    Never on the decision alone; an F-6 round is durable but unacknowledged until its idempotent retry.
+    """
+    return z3.And(durable, acknowledged)
