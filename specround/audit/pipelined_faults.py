@@ -70,6 +70,14 @@ class GatedLog(ForwardingLog):
             self._held.set()
             self._held = None
 
+    def disarm(self) -> None:
+        """Drop a hold that no publish reached (the held step never wrote); the next publish passes.
+
+        Call it only once every submitted write has settled.
+        """
+        self._gate, self._fail = None, False
+        self.release()
+
     def publish(self, publications: Sequence[RoundPublication]) -> list[PublishOutcome]:
         """Wait at the gate if one is set; fail if told to; otherwise forward."""
         gate, fail = self._gate, self._fail
@@ -96,6 +104,7 @@ def submit_round(controller: RoundController, item: RoundInput) -> PendingStep:
         q[None],
         item.p_rows[None],
         coordinate_digests=[item.coordinate_digest],
+        proposal_draws=[item.proposal_draws],
         round_ids=[item.round_id],
     )
 

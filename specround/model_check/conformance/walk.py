@@ -2,34 +2,39 @@
 
 :class:`MachineWalk` makes seeded random rounds on a few requests at a time (both layouts, some with a
 stateful penalty, a new one admitted as others finish), batched steps, faults at F-1..F-6, retries, stale
-publishers, crash-and-replay and rounds offered to finished requests. Every attempt is a conformance pair
-(inputs read back from the logged decision), and the invariants of :mod:`specround.statemachine.invariants`
-are checked after every rule, so ``specround check`` and the mutation lab run them without pytest.
-Hypothesis drives the same walk in the tests through :class:`Chooser`.
+publishers, crash-and-replay, rounds offered to finished requests and pipelined steps (:meth:`MachineWalk.
+rule_pipelined`). Every synchronous attempt is a conformance pair (inputs read back from the logged
+decision), and the invariants of :mod:`specround.statemachine.invariants` are checked after every rule, so
+``specround check`` and the mutation lab run them without pytest. Hypothesis drives the same walk in the
+tests through :class:`Chooser`.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, Protocol
 
 import torch
 
+from specround.audit.pipelined_faults import GatedLog, submit_round
 from specround.model_check.conformance.pairs import Attempt, ConformancePair, Harness
 from specround.model_check.conformance.request_model import LogFactory, memory_log
 from specround.model_check.random_rounds import seeded_random_input
 from specround.sampling.processors.processor_chain import ProcessorChain
 from specround.sampling.types import Layout
 from specround.statemachine import invariants
-from specround.statemachine.controller import RoundController
+from specround.statemachine.controller import PendingStep, RoundController, StepResult
 from specround.statemachine.faults import FaultPlan, FaultPoint, FaultRule
+from specround.statemachine.forwarding_log import ForwardingLog
 from specround.statemachine.invariants import Breach, LogFingerprint, log_fingerprint
+from specround.statemachine.ports import PublishOutcome, PublishStatus, RoundPublication
 from specround.statemachine.rounds import RoundInput, RoundResult, RoundStatus
 from specround.statemachine.state import RequestState
 
 __all__ = [
+    "PIPELINE_ENDINGS",
     "UNEXPLORED",
     "WALK_EOS",
     "WALK_MAX_NEW",
@@ -82,7 +87,31 @@ WALK_MAX_REQUESTS = 9
 
 
 UNEXPLORED = 8
-"""Weight factor of a walk rule (or fault point) that has not been run yet."""
+"""Weight factor of a walk rule (or fault point, or pipeline ending) that has not been run yet."""
+
+PIPELINE_ENDINGS = ("durable", "write fails", "write conflicts", "F-5 on t + 1")
+"""How the pipelined rule's step t ends: its held write becomes durable, fails, or loses the fence to
+another writer; or it becomes durable while step t + 1 is aborted at F-5 before its write is handed over."""
+PIPELINE_SHAPE_TRIES = 3
+"""Shapes the pipelined rule draws at most to find a round t that does not finish its request."""
+
+
+class _UnwrittenLog(ForwardingLog):
+    """Reads the walk's log; a publish writes nothing and reports every round published.
+
+    A controller over it steps a request synchronously from its durable state without touching the log:
+    the reference of the pipelined rule.
+    """
+
+    def publish(self, publications: Sequence[RoundPublication]) -> list[PublishOutcome]:
+        """Nothing is written; each round is reported published at the generation after its fence."""
+        return [
+            PublishOutcome(p.request_id, p.round_id, PublishStatus.PUBLISHED, p.expected_generation + 1)
+            for p in publications
+        ]
+
+    def close(self) -> None:
+        """Does not close the walk's log."""
 
 
 def _weighted(chooser: Chooser, weights: Sequence[int]) -> int:
@@ -112,19 +141,24 @@ class MachineWalk:
         "stale_publisher": 2,
         "crash_and_replay": 1,
         "finished_refused": 1,
+        "pipelined": 2,
     }
     """Each rule with its weight when enabled."""
 
     def __init__(self, log_factory: LogFactory = memory_log) -> None:
         self.log = log_factory()
+        self.gated = GatedLog(self.log)
+        """The walk's log as the controller sees it: the pipelined rule holds (or fails) a write here."""
         self.plan = FaultPlan()
-        self.controller = RoundController(self.log, faults=self.plan)
+        self.controller = RoundController(self.gated, faults=self.plan)
         self.harness = Harness(self.log)
         self.known: dict[str, RequestState] = {}
         self.unacknowledged: dict[str, tuple[RoundInput, RequestState]] = {}
         self.violations: list[Violation] = []
         self.rules_run: list[str] = []
         self.points_run: set[FaultPoint] = set()
+        self.endings_run: set[str] = set()
+        """The :data:`PIPELINE_ENDINGS` the pipelined rule has run."""
         self._rule = "open"
         for _ in range(WALK_OPEN_REQUESTS):
             self._open()
@@ -166,6 +200,7 @@ class MachineWalk:
             "stale_publisher": unfinished,
             "crash_and_replay": True,
             "finished_refused": any(s.finished for s in self.known.values()),
+            "pipelined": unfinished,
         }
         return [rule for rule in self.RULES if ready[rule]]
 
@@ -303,7 +338,8 @@ class MachineWalk:
 
     def rule_crash_and_replay(self, chooser: Chooser) -> None:
         """Drop the controller; a new one rebuilds every request from the log (INV-8)."""
-        self.controller = RoundController(self.log, faults=self.plan)
+        self.controller.close()  # nothing is pending between rules: this only stops its writer thread
+        self.controller = RoundController(self.gated, faults=self.plan)
         self._record(invariants.reload_agrees(self.controller.load_all(), self.known))
 
     def rule_finished_refused(self, chooser: Chooser) -> None:
@@ -323,6 +359,160 @@ class MachineWalk:
         )
         unchanged = self._log_unchanged(fingerprint)
         self._record(invariants.finished_request_refused(result, log_unchanged=unchanged))
+
+    def rule_pipelined(self, chooser: Chooser) -> None:
+        """Two pipelined steps of a random request, t's write ending in a random way (:meth:`pipelined`).
+
+        Up to :data:`PIPELINE_SHAPE_TRIES` random shapes are drawn until round t, stepped synchronously,
+        leaves the request unfinished (so that a step t + 1 can be built on it).
+        """
+        rid = self._pick(chooser, self._unfinished())
+        ending = PIPELINE_ENDINGS[
+            _weighted(chooser, [1 if e in self.endings_run else UNEXPLORED for e in PIPELINE_ENDINGS])
+        ]
+        for _ in range(PIPELINE_SHAPE_TRIES):
+            first = (chooser.integer(0, 4), chooser.integer(0, 2**20))
+            if not self._synchronous(rid, [first])[0].finished:
+                break
+        shapes = (first, (chooser.integer(0, 4), chooser.integer(0, 2**20)))
+        self.pipelined(rid, ending, shapes, rival_seed=chooser.integer(0, 2**20))
+
+    def pipelined(
+        self, rid: str, ending: str, shapes: tuple[tuple[int, int], tuple[int, int]], *, rival_seed: int = 0
+    ) -> int:
+        """Step t submitted with its write held, t + 1 submitted on t's staged successor, then t's write ends.
+
+        ``ending`` is one of :data:`PIPELINE_ENDINGS`; ``shapes`` are the (drafts, seed) of t and t + 1;
+        ``rival_seed`` seeds the other writer's round of ``write conflicts``. Both rounds are checked against
+        the same two rounds stepped synchronously from the durable state (:meth:`_synchronous`). While t's
+        write is held the engine holds both decisions and nothing is settled or in the log (INV-5, INV-7).
+        Durable: t and t + 1 publish the synchronous successors (INV-2, INV-3, INV-5, INV-6). The write
+        fails, or another writer publishes first: t and t + 1 are aborted, release nothing, crop the K/V back
+        to the durable cache and leave the log as it was (INV-7; the fenced-out t is a stale writer, INV-6).
+        F-5 on t + 1: t publishes, t + 1 gets no decision and changes nothing (INV-7). The state invariants
+        after the rule then check the durable state: unchanged after a failure, the other writer's after a
+        conflict (once the controller has refreshed the request).
+
+        Returns the steps submitted: 2, or 1 when t finishes the request.
+        """
+        self.endings_run.add(ending)
+        before = self.known[rid]
+        synchronous = self._synchronous(rid, shapes)
+        rival_item: RoundInput | None = None
+        if ending == "write conflicts":
+            rival = RoundController(self.log)  # another writer, at the durable state
+            item = self._input(rival, rid, 2, rival_seed)
+            rival_item = replace(item, round_id=f"walk-rival-g{before.generation + 1}")
+        fingerprint = log_fingerprint(self.log)
+        won: RoundResult | None = None
+        pending: list[PendingStep] = []
+        self.gated.hold(fail=ending == "write fails")
+        try:
+            pending.append(submit_round(self.controller, self._input(self.controller, rid, *shapes[0])))
+            decision = pending[0].decisions[0]
+            if decision is not None and not decision.finished and len(synchronous) > 1:
+                if ending == "F-5 on t + 1":
+                    generation = frozenset({before.generation + 2})
+                    self.plan.add(
+                        FaultRule(
+                            FaultPoint.BEFORE_PUBLICATION,
+                            request_ids=frozenset({rid}),
+                            generations=generation,
+                        )
+                    )
+                pending.append(submit_round(self.controller, self._input(self.controller, rid, *shapes[1])))
+            unchanged = self._log_unchanged(fingerprint)
+            in_flight = pending[:1] if ending == "F-5 on t + 1" else pending
+            for step, reference in zip(in_flight, synchronous, strict=False):
+                self._record(
+                    invariants.pipelined_in_flight(
+                        rid, step.decisions[0], reference, settled=step.done, log_unchanged=unchanged
+                    )
+                )
+            if rival_item is not None:
+                [won] = rival.step([rival_item])  # publishes first, while t's write is held
+                fingerprint = log_fingerprint(self.log)
+        finally:
+            self.gated.release()
+        outcomes = [step.wait() for step in pending]
+        self.gated.disarm()  # a step that never wrote leaves its hold unreached
+        if ending in ("durable", "F-5 on t + 1"):
+            self._pipelined_durable(rid, before, pending, outcomes, synchronous, f5=ending == "F-5 on t + 1")
+        else:
+            self._pipelined_lost(rid, before, outcomes, won, fingerprint)
+        return len(pending)
+
+    def _pipelined_durable(
+        self,
+        rid: str,
+        before: RequestState,
+        pending: Sequence[PendingStep],
+        outcomes: Sequence[StepResult],
+        synchronous: Sequence[RoundResult],
+        *,
+        f5: bool,
+    ) -> None:
+        """Round t published the synchronous successor, and so did t + 1, unless ``f5`` aborted it."""
+        results = [outcome[0] for outcome in outcomes]
+        start = before
+        for n, (result, reference) in enumerate(
+            zip(results[:1] if f5 else results, synchronous, strict=False)
+        ):
+            self._record(invariants.pipelined_matches_synchronous(result, reference))
+            if not self._published(rid, start, result, "round t" + (" + 1" if n else "")):
+                return
+            start = self.known[rid]
+        if f5 and len(results) > 1:
+            aborted = results[1]
+            rollback_to = int(outcomes[1].rollback_to[0])
+            self._record(invariants.pipelined_aborted_before_write(rid, pending[1].decisions[0], rollback_to))
+            written = any(e.round_id == aborted.round_id for e in self.log.events(rid))
+            authoritative = self.controller.state(rid)
+            self._record(
+                invariants.fault_effect(
+                    FaultPoint.BEFORE_PUBLICATION, aborted, start, authoritative, log_unchanged=not written
+                )
+            )
+
+    def _pipelined_lost(
+        self,
+        rid: str,
+        before: RequestState,
+        outcomes: Sequence[StepResult],
+        won: RoundResult | None,
+        fingerprint: LogFingerprint,
+    ) -> None:
+        """Round t's write failed or lost the fence to ``won``: t and t + 1 are lost; ``won`` is adopted."""
+        results = [outcome[0] for outcome in outcomes]
+        if won is not None:
+            self._published(rid, before, won, "the other writer")
+            unchanged = self._log_unchanged(fingerprint)
+            self._record(invariants.stale_writer_refused(results[0], log_unchanged=unchanged))
+        unchanged = self._log_unchanged(fingerprint)
+        for result, outcome in zip(results, outcomes, strict=True):
+            rollback_to = int(outcome.rollback_to[0])
+            self._record(
+                invariants.pipelined_round_lost(result, rollback_to, before, log_unchanged=unchanged)
+            )
+        if won is not None:
+            self.controller.refresh(rid)
+
+    def _synchronous(self, rid: str, shapes: Sequence[tuple[int, int]]) -> list[RoundResult]:
+        """The rounds of ``shapes`` (drafts, seed) stepped synchronously from the durable state of ``rid``.
+
+        They run on a controller over :class:`_UnwrittenLog`, so the log is untouched; stepping stops at a
+        round that finishes the request (or does not publish).
+        """
+        twin = RoundController(_UnwrittenLog(self.log))
+        results: list[RoundResult] = []
+        for k, seed in shapes:
+            if twin.state(rid).finished:
+                break
+            [result] = twin.step([self._input(twin, rid, k, seed)])
+            results.append(result)
+            if result.state is None:
+                break
+        return results
 
     # --- invariants -------------------------------------------------------------------------------------
 
