@@ -35,6 +35,7 @@ FAILURE_CLASSES = {
     "a batch-dependent random stream": "batch-dependent random stream",
     "publication without the generation fence": "publication without the generation fence",
     "a double publish appending twice": "double publish appends twice",
+    "a pipelined round built on a failed round written anyway": "writer publishes rounds built on a failed round",
 }
 
 
