@@ -398,11 +398,11 @@ class MachineWalk:
         self.endings_run.add(ending)
         before = self.known[rid]
         synchronous = self._synchronous(rid, shapes)
-        rival_item: RoundInput | None = None
+        rival: tuple[RoundController, RoundInput] | None = None
         if ending == "write conflicts":
-            rival = RoundController(self.log)  # another writer, at the durable state
-            item = self._input(rival, rid, 2, rival_seed)
-            rival_item = replace(item, round_id=f"walk-rival-g{before.generation + 1}")
+            other = RoundController(self.log)  # another writer, at the durable state
+            item = self._input(other, rid, 2, rival_seed)
+            rival = (other, replace(item, round_id=f"walk-rival-g{before.generation + 1}"))
         fingerprint = log_fingerprint(self.log)
         won: RoundResult | None = None
         pending: list[PendingStep] = []
@@ -429,8 +429,9 @@ class MachineWalk:
                         rid, step.decisions[0], reference, settled=step.done, log_unchanged=unchanged
                     )
                 )
-            if rival_item is not None:
-                [won] = rival.step([rival_item])  # publishes first, while t's write is held
+            if rival is not None:
+                other, item = rival
+                [won] = other.step([item])  # publishes first, while t's write is held
                 fingerprint = log_fingerprint(self.log)
         finally:
             self.gated.release()
