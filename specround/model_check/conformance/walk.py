@@ -2,11 +2,11 @@
 
 :class:`MachineWalk` makes seeded random rounds on a few requests at a time (both layouts, some with a
 stateful penalty, a new one admitted as others finish), batched steps, faults at F-1..F-6, retries, stale
-publishers, crash-and-replay, rounds offered to finished requests and pipelined steps (:meth:`MachineWalk.
-rule_pipelined`). Every synchronous attempt is a conformance pair (inputs read back from the logged
-decision), and the invariants of :mod:`specround.statemachine.invariants` are checked after every rule, so
-``specround check`` and the mutation lab run them without pytest. Hypothesis drives the same walk in the
-tests through :class:`Chooser`.
+publishers, crash-and-replay, rounds offered to finished requests and pipelined steps
+(:meth:`MachineWalk.pipelined`). Every synchronous attempt is a conformance pair (inputs read back from the
+logged decision), and the invariants of :mod:`specround.statemachine.invariants` are checked after every
+rule, so ``specround check`` and the mutation lab run them without pytest. Hypothesis drives the same walk
+in the tests through :class:`Chooser`.
 """
 
 from __future__ import annotations
