@@ -223,7 +223,7 @@ def test_batch_composition_changes_nothing() -> None:
 
 def test_walk_keeps_every_invariant_and_conforms() -> None:
     walk = MachineWalk()
-    walk.run(RandomChooser(1), 40)
+    walk.run(RandomChooser(0), 40)  # the seed and length of the mutation lab's walk
     assert [str(v) for v in walk.violations] == []
     assert {"step", "fault", "retry", "stale_publisher", "crash_and_replay", "pipelined"} <= set(
         walk.rules_run
@@ -259,7 +259,7 @@ def test_the_pipelined_rule_keeps_every_invariant(ending: str) -> None:
     """t's write held while t + 1 runs on its staged successor, then t ends (INV-5, INV-6, INV-7, F-5)."""
     walk = MachineWalk()
     fingerprint = log_fingerprint(walk.log)
-    assert walk.pipelined("walk-0", ending, PIPELINED_SHAPES, rival_seed=13) == 2  # t + 1 was submitted
+    assert walk.pipelined(["walk-0"], ending, [PIPELINED_SHAPES], rival_seed=13) == 2  # t + 1 was submitted
     walk.check_invariants()
     assert [str(v) for v in walk.violations] == []
     state = walk.known["walk-0"]
@@ -274,9 +274,23 @@ def test_the_pipelined_rule_keeps_every_invariant(ending: str) -> None:
         assert rounds == {"walk-rival-g1"}
 
 
+COMPANION_SHAPES = ((1, 16), (2, 18))  # walk-1's rounds t and t + 1, leaving it unfinished
+
+
+@pytest.mark.parametrize("ending", PIPELINE_ENDINGS)
+def test_the_pipelined_rule_with_two_requests_loses_only_what_the_ending_loses(ending: str) -> None:
+    walk = MachineWalk()
+    shapes = [PIPELINED_SHAPES, COMPANION_SHAPES]
+    assert walk.pipelined(["walk-0", "walk-1"], ending, shapes, rival_seed=13) == 2
+    walk.check_invariants()
+    assert [str(v) for v in walk.violations] == []
+    # walk-1 shares t's group commit: lost only when the whole write fails, not when walk-0 is fenced out.
+    assert walk.known["walk-1"].generation == (0 if ending == "write fails" else 2)
+
+
 def test_pipelined_rounds_publish_what_two_synchronous_steps_publish() -> None:
     pipelined = MachineWalk()
-    pipelined.pipelined("walk-0", "durable", PIPELINED_SHAPES)
+    pipelined.pipelined(["walk-0"], "durable", [PIPELINED_SHAPES])
     synchronous = MachineWalk()  # the same requests, stepped one round at a time
     for k, seed in PIPELINED_SHAPES:
         [result] = synchronous.controller.step(
@@ -291,7 +305,7 @@ def test_the_pipelined_rule_catches_a_writer_that_publishes_on_a_fenced_out_roun
     walk = MachineWalk()
     with mutation_named("writer publishes rounds built on a failed round").applied() as reach:
         try:
-            walk.pipelined("walk-0", "write conflicts", PIPELINED_SHAPES, rival_seed=13)
+            walk.pipelined(["walk-0"], "write conflicts", [PIPELINED_SHAPES], rival_seed=13)
             walk.check_invariants()
         except SpecroundError as error:  # the log no longer rebuilds the request (a walk records a crash)
             assert isinstance(error, LogIntegrityError), error
@@ -299,6 +313,18 @@ def test_the_pipelined_rule_catches_a_writer_that_publishes_on_a_fenced_out_roun
     found = [str(v) for v in walk.violations]
     assert any("INV-7" in v and "did not become durable is published" in v for v in found), found  # t + 1
     assert any("INV-7" in v and "changed the log" in v for v in found), found
+
+
+def test_the_pipelined_rule_catches_a_decision_for_a_row_aborted_at_f5() -> None:
+    walk = MachineWalk()
+    shapes = [PIPELINED_SHAPES, COMPANION_SHAPES]  # walk-1's round t + 1 is handed over beside walk-0's
+    with mutation_named("decision handed out for a row aborted at F-5").applied() as reach:
+        walk.pipelined(["walk-0", "walk-1"], "F-5 on t + 1", shapes)
+        walk.check_invariants()
+    assert reach.reached
+    found = [str(v) for v in walk.violations]
+    assert any("INV-7" in v and "aborted at F-5 handed the engine a decision" in v for v in found), found
+    assert any("INV-7" in v and "aborted at F-5 has rollback_to" in v for v in found), found
 
 
 def test_the_full_run_conforms() -> None:
