@@ -394,9 +394,8 @@ class MachineWalk:
         See :meth:`pipelined`. The first request is the subject of the ending; a second one, when another
         request is unfinished, rides along in the same steps. F-5 is drawn only when there is a second one
         (which then always rides along), so that the aborted row shares its step with a row that is handed
-        over. For each request, up to :data:`PIPELINE_SHAPE_TRIES`
-        random shapes are drawn until its round t, stepped synchronously, leaves it unfinished (so that a
-        round t + 1 can be built on it).
+        over. For each request, up to :data:`PIPELINE_SHAPE_TRIES` random shapes are drawn until its round
+        t, stepped synchronously, leaves it unfinished (so that a round t + 1 can be built on it).
         """
         unfinished = self._unfinished()
         subject = self._pick(chooser, unfinished)
