@@ -40,7 +40,7 @@ from specround.statemachine.forwarding_log import ForwardingLog
 from specround.statemachine.ports import EventLog, PublishOutcome, RoundPublication
 from specround.statemachine.rounds import RoundInput, RoundStatus
 
-__all__ = ["PIPELINED_CELLS", "GatedLog", "run_pipelined_faults"]
+__all__ = ["PIPELINED_CELLS", "GatedLog", "run_pipelined_faults", "submit_round", "submit_rounds"]
 
 PIPELINED_CELLS = ("write fails", "write conflicts", "F-5 in flight", "ack lost in flight")
 """The pipelined fault cells (the ``point`` column of their :class:`FaultCell`)."""
@@ -70,6 +70,14 @@ class GatedLog(ForwardingLog):
             self._held.set()
             self._held = None
 
+    def disarm(self) -> None:
+        """Drop a hold that no publish reached (the held step never wrote); the next publish passes.
+
+        Call it only once every submitted write has settled.
+        """
+        self._gate, self._fail = None, False
+        self.release()
+
     def publish(self, publications: Sequence[RoundPublication]) -> list[PublishOutcome]:
         """Wait at the gate if one is set; fail if told to; otherwise forward."""
         gate, fail = self._gate, self._fail
@@ -86,17 +94,36 @@ class GatedLog(ForwardingLog):
 
 def submit_round(controller: RoundController, item: RoundInput) -> PendingStep:
     """Submit one per-request round as a pipelined batch of one."""
-    k = len(item.draft_ids)
-    vocab = item.p_rows.shape[-1]
-    q = item.q_rows if item.q_rows is not None else item.p_rows.new_empty((0, vocab))
+    return submit_rounds(controller, [item])
+
+
+def submit_rounds(controller: RoundController, items: Sequence[RoundInput]) -> PendingStep:
+    """Submit per-request rounds (one per request, rows of one dtype) as one pipelined batch.
+
+    Drafts and rows are padded to the widest round; the controller reads no row beyond a round's own drafts
+    and bonus row, so the padding (uniform rows, draft id 0) is never read.
+    """
+    width = max(len(item.draft_ids) for item in items)
+    vocab = items[0].p_rows.shape[-1]
+    pad = torch.full((vocab,), 1.0 / vocab, dtype=items[0].p_rows.dtype)
+    draft_ids = torch.zeros(len(items), width, dtype=torch.int64)  # [B, K]
+    q = pad.repeat(len(items), width, 1)  # [B, K, V]
+    p = pad.repeat(len(items), width + 1, 1)  # [B, K+1, V]
+    for b, item in enumerate(items):
+        k = len(item.draft_ids)
+        draft_ids[b, :k] = torch.tensor(list(item.draft_ids), dtype=torch.int64)
+        if item.q_rows is not None:
+            q[b, :k] = item.q_rows
+        p[b, : k + 1] = item.p_rows
     return controller.submit_batch(
-        [item.request_id],
-        torch.tensor([list(item.draft_ids)], dtype=torch.int64).reshape(1, k),
-        torch.tensor([k]),
-        q[None],
-        item.p_rows[None],
-        coordinate_digests=[item.coordinate_digest],
-        round_ids=[item.round_id],
+        [item.request_id for item in items],
+        draft_ids,
+        torch.tensor([len(item.draft_ids) for item in items]),
+        q,
+        p,
+        coordinate_digests=[item.coordinate_digest for item in items],
+        proposal_draws=[item.proposal_draws for item in items],
+        round_ids=[item.round_id for item in items],
     )
 
 

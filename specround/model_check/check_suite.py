@@ -350,7 +350,7 @@ def _conformance_part(opts: CheckOptions, report: CheckReport, tick: Progress) -
             not run.violations,
             float(len(run.violations)),
             0.0,
-            f"{len(run.walk_rules)} rules"
+            f"{len(run.walk_rules)} rules ({run.walk_rules.count('pipelined')} pipelined)"
             + (f"; first violation: {run.violations[0]}" if run.violations else ""),
         ),
         CheckResult(
@@ -418,6 +418,7 @@ def _coverage(report: CheckReport) -> None:
         conformance_kinds=conformance.get("witness_kinds", ()),
         conforming_pairs=0 if conformance.get("nonconforming") else conformance.get("conforming", 0),
         walk_ran=bool(conformance.get("walk_rules")),
+        walk_rules=list(conformance.get("walk_rules", ())),
         tests_directory=tests_directory,
     )
     unproved = [row.item for row in report.coverage if not row.proved]

@@ -12,7 +12,8 @@ publication cells of ``specround faults``, :data:`~specround.audit.pipelined_fau
 * **mutations**: mutation-lab mutations whose failure class violates it, with their verdicts, when the lab
   ran;
 * **conformance**: the conformance scenarios that exercise it (the fault witnesses for F-n, the walk's
-  invariant checks for INV-n), when the conformance run happened.
+  invariant checks for INV-n, the walk's pipelined rule for the items it checks), when the conformance run
+  happened.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from specround.statemachine.invariants import CHECKED_INVARIANTS, INVARIANT_TITL
 __all__ = [
     "ITEMS",
     "PIPELINED_TITLES",
+    "PIPELINED_WALK_ITEMS",
     "RELATION_INVARIANTS",
     "WALK_INVARIANTS",
     "CoverageRow",
@@ -54,6 +56,10 @@ ITEMS: dict[str, str] = {
 
 WALK_INVARIANTS = CHECKED_INVARIANTS
 """The invariants the state-machine walk checks after every rule (those of the shared invariant checks)."""
+PIPELINED_WALK_ITEMS = ("INV-5", "INV-6", "INV-7", "F-5")
+"""What the walk's pipelined rule checks (:meth:`~.conformance.MachineWalk.pipelined`): the decision and K/V
+instruction handed over before the write (INV-5), the fence and the synchronous successors (INV-6), a lost
+write changing nothing (INV-7) and step t + 1 aborted at F-5 while t's write runs."""
 RELATION_INVARIANTS = ("INV-1", "INV-2", "INV-3", "INV-4", "INV-5", "INV-6", "INV-7", "INV-8", "INV-10")
 """The invariants the z3 round relation encodes (INV-10 through the witnesses' planned decisions)."""
 
@@ -141,6 +147,7 @@ def build_coverage(
     conformance_kinds: Iterable[str] = (),
     conforming_pairs: int = 0,
     walk_ran: bool = False,
+    walk_rules: Sequence[str] = (),
     tests_directory: Path | None = None,
 ) -> list[CoverageRow]:
     """One row per item of :data:`ITEMS`.
@@ -148,7 +155,8 @@ def build_coverage(
     ``proof_statuses`` maps proof names to ok when the proofs ran; ``mutations`` holds ``(name, violates,
     verdict)`` of the lab's rows; ``conformance_kinds`` the witness kinds that conformed,
     ``conforming_pairs`` how many observed pairs satisfied the z3 relation (0 when any did not);
-    ``walk_ran`` says whether the walk's invariant checks ran.
+    ``walk_ran`` says whether the walk's invariant checks ran, ``walk_rules`` the rules it ran (one entry
+    per rule applied).
     """
     from specround.model_check.z3.proofs import all_proofs
 
@@ -169,6 +177,9 @@ def build_coverage(
             evidence.append("witness retry_after_lost_ack")
         if walk_ran and (item in WALK_INVARIANTS or item.startswith("F-")):
             evidence.append("walk invariants")
+        pipelined = walk_rules.count("pipelined")
+        if pipelined and item in PIPELINED_WALK_ITEMS:
+            evidence.append(f"walk pipelined rule x{pipelined}")
         rows.append(
             CoverageRow(
                 item=item,

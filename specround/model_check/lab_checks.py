@@ -157,7 +157,7 @@ def controller_checks() -> list[CheckOutcome]:
     invariants = CheckOutcome(
         "state-machine invariants",
         not run.violations,
-        f"{len(run.walk_rules)} rules"
+        f"{len(run.walk_rules)} rules ({run.walk_rules.count('pipelined')} pipelined)"
         + (f"; {len(run.violations)} violations, first: {run.violations[0]}" if run.violations else ""),
         digest(run.walk_events, [str(v) for v in run.violations]),
     )

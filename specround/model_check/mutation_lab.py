@@ -28,7 +28,8 @@ The checks (:data:`CHECKS`), each run as a plain function (:mod:`.lab_checks`, :
     Every pair of :func:`~specround.model_check.conformance.run_conformance` (witnesses, refusals, batch
     independence, the walk) against the z3 round relation.
 ``state-machine invariants``
-    INV-1..INV-9 after every rule of the seeded walk (:class:`~.conformance.MachineWalk`).
+    INV-1..INV-9 after every rule of the seeded walk (:class:`~.conformance.MachineWalk`), pipelined steps
+    and their lost, fenced-out and F-5 endings included.
 ``audit``
     :func:`~specround.audit.audit_log` of every log the conformance run wrote under the mutation.
 ``pipelined faults``

@@ -18,7 +18,12 @@ Three kinds of check:
   part the audit shares;
 * **outcome invariants** of the attempts that must not publish a new round: :func:`fault_effect` (INV-7,
   and F-6 as INV-6), :func:`retry_acknowledged` and :func:`stale_writer_refused` (INV-6),
-  :func:`finished_request_refused` (INV-2) and :func:`reload_agrees` (INV-8).
+  :func:`finished_request_refused` (INV-2) and :func:`reload_agrees` (INV-8);
+* **pipelined invariants** of rounds submitted with ``submit_batch`` (specs/faults.md, "Pipelined
+  publication"): :func:`pipelined_in_flight` (INV-5, INV-7) while the write is outstanding,
+  :func:`pipelined_matches_synchronous` (INV-6) for a round that became durable and
+  :func:`pipelined_round_lost` (INV-7) for one that did not, :func:`pipelined_aborted_before_write`
+  (INV-7) for one aborted before its write was handed over.
 
 "The log unchanged" is decided on :func:`log_fingerprint`: the ``(request, seq, hash)`` of every stored
 event.
@@ -42,6 +47,7 @@ from specround.statemachine.state import RequestConfig, RequestState
 
 if TYPE_CHECKING:
     from specround.statemachine.controller import RoundController
+    from specround.statemachine.step_result import RowDecision
 
 __all__ = [
     "CHECKED_INVARIANTS",
@@ -56,6 +62,10 @@ __all__ = [
     "head_agrees",
     "live_projection_agrees",
     "log_fingerprint",
+    "pipelined_aborted_before_write",
+    "pipelined_in_flight",
+    "pipelined_matches_synchronous",
+    "pipelined_round_lost",
     "processors_after",
     "processors_follow_output",
     "published_round",
@@ -346,3 +356,111 @@ def reload_agrees(rebuilt: Mapping[str, RequestState], published: Mapping[str, R
         rid: s.digest() for rid, s in published.items()
     }
     return _breach(holds, "INV-8", "the reloaded controller disagrees with the published states")
+
+
+# --- pipelined invariants -------------------------------------------------------------------------------
+
+
+def pipelined_in_flight(
+    request_id: str,
+    decision: RowDecision | None,
+    synchronous: RoundResult,
+    *,
+    settled: bool,
+    log_unchanged: bool,
+) -> list[Breach]:
+    """INV-5 and INV-7 of a submitted round whose durable write has not completed yet.
+
+    The engine already holds the round's decision and K/V instruction, and they are those of the same round
+    stepped synchronously from the same state (``synchronous``: emitted tokens, A, terminal, finished,
+    ``keep`` and new frontier; INV-5); nothing of it is released or durable yet (its outcome is not
+    ``settled`` and the log is unchanged; INV-7).
+    """
+    if decision is None:
+        return [Breach("INV-5", f"{request_id}: the submitted round handed the engine no decision")]
+    kv, state = synchronous.kv, synchronous.state
+    if kv is None or state is None:
+        return [Breach("INV-6", f"{request_id}: the synchronous reference round did not publish")]
+    handed = (
+        decision.emitted_ids,
+        decision.accepted,
+        decision.terminal,
+        decision.finished,
+        decision.keep,
+        decision.new_frontier,
+    )
+    reference = (
+        synchronous.emitted_ids,
+        synchronous.accepted,
+        synchronous.terminal,
+        synchronous.finished,
+        kv.keep,
+        state.frontier,
+    )
+    breaches = _breach(
+        handed == reference,
+        "INV-5",
+        f"{request_id}: the engine was handed (emitted, A, terminal, finished, keep, frontier) {handed}; "
+        f"stepped synchronously the round gives {reference}",
+    )
+    breaches += _breach(not settled, "INV-7", f"{request_id}: the round was settled before its write ran")
+    return breaches + _breach(log_unchanged, "INV-7", f"{request_id}: the log changed before the write ran")
+
+
+def pipelined_matches_synchronous(result: RoundResult, synchronous: RoundResult) -> list[Breach]:
+    """INV-6: a pipelined round that became durable publishes the successor a synchronous publish gives."""
+    holds = (
+        result.status is RoundStatus.PUBLISHED
+        and result.state is not None
+        and synchronous.state is not None
+        and result.state.digest() == synchronous.state.digest()
+    )
+    return _breach(
+        holds,
+        "INV-6",
+        f"{result.request_id}: the pipelined round is {result.status.value}"
+        + ("" if result.state is None else f" at generation {result.state.generation}")
+        + "; it does not hold the successor the synchronous round publishes",
+    )
+
+
+def pipelined_round_lost(
+    result: RoundResult, rollback_to: int, durable: RequestState, *, log_unchanged: bool
+) -> list[Breach]:
+    """INV-7 of a submitted round that did not become durable.
+
+    Its write failed or lost the fence, or it was built on a round whose write did: it is ``ABORTED``,
+    hands out no state and no tokens, ``rollback_to`` crops the request's K/V back to its last durable cache
+    (``len(durable.cache)``), and the log is unchanged.
+    """
+    rid = result.request_id
+    breaches = _breach(
+        result.status is RoundStatus.ABORTED and result.state is None and not result.emitted_ids,
+        "INV-7",
+        f"{rid}: a round that did not become durable is {result.status.value}, releasing "
+        f"{list(result.emitted_ids)}",
+    )
+    breaches += _breach(
+        rollback_to == len(durable.cache),
+        "INV-7",
+        f"{rid}: rollback_to {rollback_to}, the durable cache holds {len(durable.cache)} rows",
+    )
+    return breaches + _breach(
+        log_unchanged, "INV-7", f"{rid}: a round that did not become durable changed the log"
+    )
+
+
+def pipelined_aborted_before_write(
+    request_id: str, decision: RowDecision | None, rollback_to: int
+) -> list[Breach]:
+    """INV-7: a submitted round aborted before its write was handed over (F-5) leaves the engine nothing.
+
+    Its ``PendingStep`` decision is None (no K/V instruction to act on) and ``rollback_to`` is -1 (nothing
+    to undo). :func:`fault_effect` decides the rest (the error, the state and the log unchanged).
+    """
+    breaches = _breach(
+        decision is None, "INV-7", f"{request_id}: a round aborted at F-5 handed the engine a decision"
+    )
+    return breaches + _breach(
+        rollback_to == -1, "INV-7", f"{request_id}: a round aborted at F-5 has rollback_to {rollback_to}"
+    )

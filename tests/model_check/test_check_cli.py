@@ -105,6 +105,10 @@ def test_conformance_part() -> None:
     assert conformance["pairs"] == conformance["conforming"] > 0
     assert conformance["nonconforming"] == [] and conformance["violations"] == []
     assert len(conformance["witness_kinds"]) == 20
+    assert "pipelined" in conformance["walk_rules"]
+    evidence = {row["item"]: row["conformance"] for row in payload["coverage"]}
+    pipelined = [item for item, found in evidence.items() if any("walk pipelined rule" in e for e in found)]
+    assert pipelined == ["INV-5", "INV-6", "INV-7", "F-5"]  # what the pipelined rule checks
 
 
 def test_the_lab_part_passes_with_a_killed_mutation() -> None:

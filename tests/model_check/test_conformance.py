@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specround.adapters.sql.log import SqlEventLog
-from specround.errors import InputError
+from specround.errors import InputError, LogIntegrityError, SpecroundError
 from specround.model_check.conformance import (
+    PIPELINE_ENDINGS,
     UNMATCHED_PROCESSORS,
     WITNESS_VOCAB,
     Attempt,
@@ -35,8 +36,10 @@ from specround.model_check.conformance import (
     witness,
 )
 from specround.model_check.mutants import mutation_named
+from specround.model_check.random_rounds import seeded_random_input
 from specround.sampling.exact import decide_from_uniforms, inverse_cdf
 from specround.sampling.types import PAD_ID, Layout, SamplerBatch, TerminalKind
+from specround.statemachine.invariants import log_fingerprint
 from specround.statemachine.ports import EventLog
 
 LAYOUTS = list(Layout)
@@ -220,10 +223,13 @@ def test_batch_composition_changes_nothing() -> None:
 
 def test_walk_keeps_every_invariant_and_conforms() -> None:
     walk = MachineWalk()
-    walk.run(RandomChooser(1), 40)
+    walk.run(RandomChooser(0), 40)  # the seed and length of the mutation lab's walk
     assert [str(v) for v in walk.violations] == []
-    assert {"step", "fault", "retry", "stale_publisher", "crash_and_replay"} <= set(walk.rules_run)
+    assert {"step", "fault", "retry", "stale_publisher", "crash_and_replay", "pipelined"} <= set(
+        walk.rules_run
+    )
     assert len(walk.points_run) == 6  # F-1..F-6
+    assert walk.endings_run == set(PIPELINE_ENDINGS)
     assert [p.detail for p in walk.pairs if not p.conforms] == []
 
 
@@ -242,6 +248,83 @@ def test_walk_driven_by_hypothesis_conforms(data: st.DataObject) -> None:
     walk.run(_DrawChooser(data), 12)
     assert [str(v) for v in walk.violations] == []
     assert [f"{p.scenario}: {p.detail}" for p in walk.pairs if not p.conforms] == []
+
+
+# Two rounds that leave walk-0 unfinished; even seeds draw float64 rows, as seeded_random_input does.
+PIPELINED_SHAPES = ((2, 12), (1, 14))
+
+
+@pytest.mark.parametrize("ending", PIPELINE_ENDINGS)
+def test_the_pipelined_rule_keeps_every_invariant(ending: str) -> None:
+    """t's write held while t + 1 runs on its staged successor, then t ends (INV-5, INV-6, INV-7, F-5)."""
+    walk = MachineWalk()
+    fingerprint = log_fingerprint(walk.log)
+    assert walk.pipelined(["walk-0"], ending, [PIPELINED_SHAPES], rival_seed=13) == 2  # t + 1 was submitted
+    walk.check_invariants()
+    assert [str(v) for v in walk.violations] == []
+    state = walk.known["walk-0"]
+    assert walk.controller.state("walk-0") == state
+    assert (
+        state.generation == {"durable": 2, "write fails": 0, "write conflicts": 1, "F-5 on t + 1": 1}[ending]
+    )
+    if ending == "write fails":  # the durable state and the log as before t
+        assert log_fingerprint(walk.log) == fingerprint
+    if ending == "write conflicts":  # the other writer's round is the head; t and t + 1 appended nothing
+        rounds = {e.round_id for e in walk.log.events("walk-0") if e.kind == "round_published"}
+        assert rounds == {"walk-rival-g1"}
+
+
+COMPANION_SHAPES = ((1, 16), (2, 18))  # walk-1's rounds t and t + 1, leaving it unfinished
+
+
+@pytest.mark.parametrize("ending", PIPELINE_ENDINGS)
+def test_the_pipelined_rule_with_two_requests_loses_only_what_the_ending_loses(ending: str) -> None:
+    walk = MachineWalk()
+    shapes = [PIPELINED_SHAPES, COMPANION_SHAPES]
+    assert walk.pipelined(["walk-0", "walk-1"], ending, shapes, rival_seed=13) == 2
+    walk.check_invariants()
+    assert [str(v) for v in walk.violations] == []
+    # walk-1 shares t's group commit: lost only when the whole write fails, not when walk-0 is fenced out.
+    assert walk.known["walk-1"].generation == (0 if ending == "write fails" else 2)
+
+
+def test_pipelined_rounds_publish_what_two_synchronous_steps_publish() -> None:
+    pipelined = MachineWalk()
+    pipelined.pipelined(["walk-0"], "durable", [PIPELINED_SHAPES])
+    synchronous = MachineWalk()  # the same requests, stepped one round at a time
+    for k, seed in PIPELINED_SHAPES:
+        [result] = synchronous.controller.step(
+            [seeded_random_input(synchronous.controller, "walk-0", k, seed)]
+        )
+        assert result.state is not None
+    assert pipelined.known["walk-0"].digest() == synchronous.controller.state("walk-0").digest()
+    assert log_fingerprint(pipelined.log) == log_fingerprint(synchronous.log)
+
+
+def test_the_pipelined_rule_catches_a_writer_that_publishes_on_a_fenced_out_round() -> None:
+    walk = MachineWalk()
+    with mutation_named("writer publishes rounds built on a failed round").applied() as reach:
+        try:
+            walk.pipelined(["walk-0"], "write conflicts", [PIPELINED_SHAPES], rival_seed=13)
+            walk.check_invariants()
+        except SpecroundError as error:  # the log no longer rebuilds the request (a walk records a crash)
+            assert isinstance(error, LogIntegrityError), error
+    assert reach.reached
+    found = [str(v) for v in walk.violations]
+    assert any("INV-7" in v and "did not become durable is published" in v for v in found), found  # t + 1
+    assert any("INV-7" in v and "changed the log" in v for v in found), found
+
+
+def test_the_pipelined_rule_catches_a_decision_for_a_row_aborted_at_f5() -> None:
+    walk = MachineWalk()
+    shapes = [PIPELINED_SHAPES, COMPANION_SHAPES]  # walk-1's round t + 1 is handed over beside walk-0's
+    with mutation_named("decision handed out for a row aborted at F-5").applied() as reach:
+        walk.pipelined(["walk-0", "walk-1"], "F-5 on t + 1", shapes)
+        walk.check_invariants()
+    assert reach.reached
+    found = [str(v) for v in walk.violations]
+    assert any("INV-7" in v and "aborted at F-5 handed the engine a decision" in v for v in found), found
+    assert any("INV-7" in v and "aborted at F-5 has rollback_to" in v for v in found), found
 
 
 def test_the_full_run_conforms() -> None:

@@ -35,6 +35,12 @@ FAILURE_CLASSES = {
     "a batch-dependent random stream": "batch-dependent random stream",
     "publication without the generation fence": "publication without the generation fence",
     "a double publish appending twice": "double publish appends twice",
+    "a pipelined round built on a failed round written anyway": (
+        "writer publishes rounds built on a failed round"
+    ),
+    "a decision handed to the engine for a pipelined row aborted at F-5": (
+        "decision handed out for a row aborted at F-5"
+    ),
 }
 
 
@@ -189,3 +195,18 @@ def test_the_pipelined_path_kills_a_publication_without_the_fence() -> None:
     report = run_lab([mutation_named("publication without the generation fence")], ("pipelined faults",))
     assert report.baseline_passed
     assert _killed(report, "publication without the generation fence") == ("pipelined faults",)
+
+
+def test_the_walk_and_the_pipelined_cells_kill_a_writer_that_drops_no_dependant() -> None:
+    name = "writer publishes rounds built on a failed round"
+    report = run_lab([mutation_named(name)], ("state-machine invariants", "pipelined faults"))
+    assert report.baseline_passed
+    assert set(_killed(report, name)) == {"state-machine invariants", "pipelined faults"}  # INV-6, INV-7
+
+
+def test_only_the_walk_kills_a_decision_handed_out_for_a_row_aborted_at_f5() -> None:
+    """The pipelined cells step one request at a time: only the walk's two-request F-5 step sees the row."""
+    name = "decision handed out for a row aborted at F-5"
+    report = run_lab([mutation_named(name)], ("state-machine invariants", "pipelined faults"))
+    assert report.baseline_passed
+    assert _killed(report, name) == ("state-machine invariants",)  # INV-7

@@ -15,6 +15,7 @@ from specround.statemachine.controller import RoundController
 from specround.statemachine.faults import NO_FAULT, FaultPlan, FaultPoint
 from specround.statemachine.lifecycle import RoundPhase
 from specround.statemachine.rounds import RoundResult, RoundStatus
+from specround.statemachine.step_result import RowDecision
 
 V = 8
 EOS = 7
@@ -150,3 +151,30 @@ def test_one_seed_gives_one_round() -> None:
     a = seeded_random_input(controller, "r", 3, seed=2, dtype=torch.float32)
     b = seeded_random_input(controller, "r", 3, seed=2, dtype=torch.float32)
     assert a.draft_ids == b.draft_ids and a.p_rows is not None and torch.equal(a.p_rows, b.p_rows)
+
+
+def test_the_pipelined_checks_catch_what_they_name() -> None:
+    controller, _ = _opened()
+    before = controller.state("r")
+    result = controller.run_round(seeded_random_input(controller, "r", 2, seed=8))
+    assert result.kv is not None and result.state is not None
+    handed = RowDecision(
+        emitted_ids=result.emitted_ids,
+        accepted=result.accepted,
+        terminal=result.terminal or "stop",
+        finished=result.finished,
+        keep=result.kv.keep,
+        new_frontier=result.state.frontier,
+    )
+    assert invariants.pipelined_in_flight("r", handed, result, settled=False, log_unchanged=True) == []
+    wrong_keep = replace(handed, keep=handed.keep + 1)
+    found = invariants.pipelined_in_flight("r", wrong_keep, result, settled=True, log_unchanged=False)
+    assert [b.invariant for b in found] == ["INV-5", "INV-7", "INV-7"]
+    assert invariants.pipelined_matches_synchronous(result, result) == []
+    other = replace(result, state=before)
+    assert [b.invariant for b in invariants.pipelined_matches_synchronous(other, result)] == ["INV-6"]
+    # A published round reported as lost: it released tokens, the rollback and the log are wrong (INV-7).
+    lost = invariants.pipelined_round_lost(result, -1, before, log_unchanged=False)
+    assert [b.invariant for b in lost] == ["INV-7"] * 3
+    assert [b.invariant for b in invariants.pipelined_aborted_before_write("r", handed, 3)] == ["INV-7"] * 2
+    assert invariants.pipelined_aborted_before_write("r", None, -1) == []

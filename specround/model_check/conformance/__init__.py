@@ -26,8 +26,9 @@ The parts, one module each:
 * :mod:`.witness`: for every :class:`BranchKind`, a concrete run of the model that reaches it;
 * :mod:`.scenarios`: the witnesses replayed on the controller (:func:`run_witnesses`), malformed proposals
   (:func:`run_refusals`) and :func:`batch_independence`;
-* :mod:`.walk`: :class:`MachineWalk`, seeded random rules with the invariants of
-  :mod:`specround.statemachine.invariants` checked after every rule;
+* :mod:`.walk`: :class:`MachineWalk`, seeded random rules (pipelined steps among them, each ending one of
+  :data:`PIPELINE_ENDINGS`) with the invariants of :mod:`specround.statemachine.invariants` checked after
+  every rule;
 * :mod:`.run`: :func:`run_conformance`, everything at once.
 """
 
@@ -53,6 +54,7 @@ from specround.model_check.conformance.scenarios import (
     run_witnesses,
 )
 from specround.model_check.conformance.walk import (
+    PIPELINE_ENDINGS,
     UNEXPLORED,
     WALK_MAX_NEW,
     WALK_VOCAB,
@@ -65,6 +67,7 @@ from specround.model_check.conformance.witness import BranchKind, Witness, Witne
 
 __all__ = [
     "BRACKET_HALF_WIDTH",
+    "PIPELINE_ENDINGS",
     "UNEXPLORED",
     "UNMATCHED_PROCESSORS",
     "WALK_MAX_NEW",
