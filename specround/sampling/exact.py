@@ -33,7 +33,8 @@ target's argmax, and the residual of a rejection is the target's one-hot row.
 Performance: the sampler reads the gathered ``p_i(d_i)``, ``q_i(d_i)`` and only the one terminal row per
 request (two for a correction). On CPU the decision takes the fast path of
 :mod:`specround.sampling.fast_path`: the control (acceptance, stops, budgets, RNG accounting, output layout)
-runs with numpy on the tensors' memory, the round's uniforms come from one host Philox call, the terminal
+runs with numpy on the tensors' memory (on Python scalars for a batch of a few requests,
+:mod:`specround.sampling.scalar_path`), the round's uniforms come from one host Philox call, the terminal
 rows are read once in cache-sized chunks, and the tensor ops left are the acceptance predicate and the
 float64 block sums (three compute ops, about 40 dispatched operators per decision, whatever B). It
 returns the same decision bit for bit; any refused value, or a degenerate correction, sends the batch to
@@ -69,6 +70,7 @@ from specround.sampling.fast_path import (
 )
 from specround.sampling.fast_path import search_host as _search
 from specround.sampling.rng import round_uniforms_host, uniforms
+from specround.sampling.scalar_path import SCALAR_LIMIT, decide_with_scalars
 from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision, Stream, TerminalKind
 from specround.sampling.validation import (
     PROBABILITY_DTYPES,
@@ -618,7 +620,10 @@ def _decide(
             block_width=block_width,
             degenerate_tolerance=degenerate_residual_tolerance,
         )
-        decision = decide_on_host(batch, host, accept_uniforms, terminal_uniforms, mode, seams)
+        n_batch, k_max = host.draft_ids.shape
+        on_scalars = 0 < n_batch * (k_max + 1) <= SCALAR_LIMIT
+        decide_host = decide_with_scalars if on_scalars else decide_on_host
+        decision = decide_host(batch, host, accept_uniforms, terminal_uniforms, mode, seams)
         if decision is not None:
             return decision
     return _decide_reference(batch, accept_uniforms, terminal_uniforms, mode)

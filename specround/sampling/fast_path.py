@@ -52,6 +52,7 @@ __all__ = [
     "host_batch",
     "search_host",
     "structure_is_valid_on_host",
+    "terminal_draws",
 ]
 
 _F64 = np.float64
@@ -257,7 +258,7 @@ def decide_on_host(
     masses = np.full((3, n_batch), _NAN)  # total, before, token
     drawing = np.flatnonzero(needs_terminal)
     if drawing.size:
-        draw = _terminal_draws(batch, host, n_accepted, lens, drawing, u_terminal, mode, seams)
+        draw = terminal_draws(batch, host, n_accepted, lens, drawing, u_terminal, mode, seams)
         if draw is None:
             return None
         rows, drawn = draw
@@ -432,7 +433,7 @@ def _terminal_mass_torch(
     return mass, (totals, minima)
 
 
-def _terminal_draws(
+def terminal_draws(
     batch: SamplerBatch,
     host: HostBatch,
     n_accepted: IntArray,

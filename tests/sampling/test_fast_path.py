@@ -217,3 +217,30 @@ def test_the_torch_form_of_the_terminal_pass_decides_the_same(monkeypatch: pytes
     for seed in range(4):
         batch = realistic_batch(seed, (1, 9, 4, 2)[seed], 4, (300, 1000, 4096, 257)[seed])
         assert_same(decide(batch), reference(batch))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_scalar_and_numpy_control_equal_the_reference(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small batches take the scalar control, larger ones numpy's: both equal the reference, bit for bit."""
+    from specround.sampling import scalar_path
+
+    n_batch, k_max = (1, 2, 3, 4, 6)[seed % 5], (0, 1, 2, 4, 5)[seed % 5]
+    batch = realistic_batch(seed, n_batch, k_max, (17, 64, 301)[seed % 3])
+    expected = reference(batch)
+    scalar_calls: list[int] = []
+    original = scalar_path.decide_with_scalars
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        decision = original(*args, **kwargs)
+        scalar_calls.append(decision is not None)
+        return decision
+
+    monkeypatch.setattr(exact, "decide_with_scalars", counted)
+    for limit in (0, 10_000):  # numpy's control, then the scalar one
+        monkeypatch.setattr(exact, "SCALAR_LIMIT", limit)
+        assert_same(decide(batch), expected)
+        assert_same(decide(batch, validate="full"), reference(batch, "full"))
+    assert scalar_calls == [
+        True,
+        True,
+    ]  # the scalar control decided (no reference fallback) at the large limit
