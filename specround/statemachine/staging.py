@@ -21,7 +21,7 @@ either opened (checked here) or staged and validated by this module.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specround.errors import InvalidProcessorError, InvalidRequestError, StagingValidationError
 from specround.sampling.processors.processor_chain import ProcessorChain
@@ -55,15 +55,27 @@ class RequestSnapshot:
     """The processor chain at ``state.processors``; staging advances clones of it, never it."""
     output_fold: bytes
     cache_fold: bytes
-    digest: str
-    """``state.digest()``."""
+    _digest: list[str] = field(default_factory=list, repr=False, compare=False)
+    """The state digest once computed (an empty list until :attr:`digest` is first read)."""
 
     @classmethod
     def of(
         cls, state: RequestState, chain: ProcessorChain, output_fold: bytes, cache_fold: bytes
     ) -> RequestSnapshot:
-        """The snapshot of ``state`` with its token folds; its digest is computed from them."""
-        return cls(state, chain, output_fold, cache_fold, state_digest(state, output_fold, cache_fold))
+        """The snapshot of ``state`` with its token folds (the digest follows from them when first read)."""
+        return cls(state, chain, output_fold, cache_fold)
+
+    @property
+    def digest(self) -> str:
+        """``state.digest()``, computed from the folds on first use.
+
+        The engine's critical path never reads it: the commit record and events that carry it are built
+        by the durable write (on the writer thread for a pipelined step). Two threads reading it at once
+        compute the same value.
+        """
+        if not self._digest:
+            self._digest.append(state_digest(self.state, self.output_fold, self.cache_fold))
+        return self._digest[0]
 
 
 @dataclass(frozen=True, slots=True)
