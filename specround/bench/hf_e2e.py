@@ -15,6 +15,10 @@ four prompts, cycled when a class holds fewer, left-padded):
     the same draft and K through :func:`specround.hf.generate` (B = 4: one batched call), every round
     published to a SQLite log.
 
+``transformers prompt-lookup K=<k> (A/A)``
+    the control: transformers' prompt lookup once more, paired with its first run; its ratio (draft
+    ``(A/A)``) is the noise of the run, against which the other ratios are read.
+
 Each case runs once untimed (warm-up), then ``repeats`` times; tokens per second are generated tokens (up to
 each row's end) over wall-clock and over this process's CPU time (one torch thread). The ratios are medians
 of specround's rate over its transformers counterpart's, repetition by repetition.
@@ -136,6 +140,29 @@ def _our_run(
     return made
 
 
+_CONTROL = "(A/A)"
+"""Suffix of the control case: transformers' prompt lookup run a second time, paired with the first."""
+
+
+def _paired_ratio(
+    prompt_class: str,
+    batch: int,
+    draft: str,
+    versus: str,
+    mine: Sequence[tuple[float, float]],
+    theirs: Sequence[tuple[float, float]],
+) -> HfBenchRatio:
+    """Medians of the repetition-by-repetition ratios of two cases' (wall, CPU) rates."""
+    return HfBenchRatio(
+        prompt_class=prompt_class,
+        batch=batch,
+        draft=draft,
+        versus=versus,
+        wall_ratio=statistics.median(m[0] / t[0] for m, t in zip(mine, theirs, strict=True)),
+        cpu_ratio=statistics.median(m[1] / t[1] for m, t in zip(mine, theirs, strict=True)),
+    )
+
+
 def run_hf_e2e_bench(
     *,
     classes: Sequence[str],
@@ -200,6 +227,7 @@ def run_hf_e2e_bench(
                 f"specround.hf prompt-lookup K={k}": partial(
                     ours, "lookup", {"prompt_lookup_num_tokens": k, "max_matching_ngram_size": 3}
                 ),
+                f"transformers prompt-lookup K={k} {_CONTROL}": partial(hf, hf_lookup, True),
             }
             rates: dict[str, list[tuple[float, float]]] = {case: [] for case in runs}
             made: dict[str, int] = {}
@@ -227,25 +255,20 @@ def run_hf_e2e_bench(
                         acceptance=statistics.fmean(acc) if acc else None,
                     )
                 )
-            for draft in ("assistant", "prompt-lookup"):
-                mine = rates[f"specround.hf {draft} K={k}"]
-                versus = [f"transformers {draft} K={k}"] + (["transformers plain"] if b > 1 else [])
-                for other in versus:
-                    theirs = rates[other]
-                    ratios.append(
-                        HfBenchRatio(
-                            prompt_class=name,
-                            batch=b,
-                            draft=draft,
-                            versus=other,
-                            wall_ratio=statistics.median(
-                                m[0] / t[0] for m, t in zip(mine, theirs, strict=True)
-                            ),
-                            cpu_ratio=statistics.median(
-                                m[1] / t[1] for m, t in zip(mine, theirs, strict=True)
-                            ),
-                        )
-                    )
+            pairs = [
+                (draft, f"specround.hf {draft} K={k}", other)
+                for draft in ("assistant", "prompt-lookup")
+                for other in [f"transformers {draft} K={k}"] + (["transformers plain"] if b > 1 else [])
+            ]
+            pairs.append(
+                (
+                    _CONTROL,
+                    f"transformers prompt-lookup K={k} {_CONTROL}",
+                    f"transformers prompt-lookup K={k}",
+                )
+            )
+            for draft, mine, other in pairs:
+                ratios.append(_paired_ratio(name, b, draft, other, rates[mine], rates[other]))
     return HfBenchReport(
         k=k, max_tokens=max_tokens, repeats=repeats, threads=threads, cases=tuple(cases), ratios=tuple(ratios)
     )
