@@ -31,7 +31,7 @@ from specround.sampling.processors import (
     TopP,
     sampling_chain,
 )
-from specround.sampling.softmax import SoftmaxBackend
+from specround.sampling.softmax import SoftmaxBackend, softmax
 
 V = 12
 NEG_INF = float("-inf")
@@ -288,3 +288,27 @@ def test_chain_on_cuda_matches_cpu() -> None:
     # Same masks; float64 exp on the two devices differs by a few ulp, normalised over V = 12 terms.
     assert torch.equal(gpu.cpu() > 0, cpu > 0)
     torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("backend", list(SoftmaxBackend))
+def test_a_greedy_chain_writes_the_one_hot_the_softmax_would_give(backend: SoftmaxBackend) -> None:
+    """The one-hot shortcut equals masking plus softmax bit for bit (ties, stops after it, -inf refused)."""
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(6, V, generator=gen)
+    logits[2, 3] = logits[2, 7] = logits[2].max() + 1.0  # a tie: the lower id wins
+    chain = ProcessorChain(
+        [RepetitionPenalty(1.3), Greedy(), StopSequences([[5, 6], [7]])], vocab_size=V, softmax=backend
+    )
+    path = [4, 5, 6, 7, 1]
+    general = chain.processors[0].apply_along(logits, path)
+    for p in chain.processors[1:]:
+        general = p.apply_along(general, path)
+    expected = softmax(general, backend)
+    got = chain.rows_along(logits, path)
+    assert got.dtype == expected.dtype and torch.equal(got, expected)
+    assert int(got[2].argmax()) == 3 and float(got.sum()) == 6.0
+    assert torch.equal(chain.distribution(logits[0]), softmax(Greedy().apply(logits[:1]), backend)[0])
+    banned = logits.clone()
+    banned[1] = float("-inf")
+    with pytest.raises(InvalidProcessorError, match="no allowed token in rows \\[1\\]"):
+        ProcessorChain([Greedy()], vocab_size=V).rows_along(banned, path)

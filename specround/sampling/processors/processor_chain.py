@@ -11,7 +11,7 @@ Output rows keep the input's float dtype and are distributions over exactly ``vo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -179,14 +179,45 @@ class ProcessorChain:
             )
         return softmax(processed, self.softmax)
 
+    def _greedy_end(self) -> int:
+        """Index of a :class:`Greedy` processor followed only by stop automata (identity on rows), or -1."""
+        for index in range(len(self.processors) - 1, -1, -1):
+            processor = self.processors[index]
+            if isinstance(processor, Greedy):
+                return index
+            if not isinstance(processor, StopAutomaton):
+                return -1
+        return -1
+
+    def _finish(
+        self, rows: torch.Tensor, apply: Callable[[LogitProcessor, torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        """Every processor by ``apply(p, rows)``, then the softmax, on ``[N, V]`` rows.
+
+        When the chain ends in a greedy arg-max (:meth:`_greedy_end`) the rows are one-hot, written
+        directly by :meth:`Greedy.one_hot` (the same values the masking and softmax would give).
+        """
+        greedy = self._greedy_end()
+        rest = self.processors
+        if greedy >= 0:
+            for p in self.processors[:greedy]:
+                rows = apply(p, rows)
+            last = self.processors[greedy]
+            assert isinstance(last, Greedy)
+            one_hot = last.one_hot(rows)
+            if one_hot is not None:
+                return one_hot
+            rest = self.processors[greedy:]
+        for p in rest:
+            rows = apply(p, rows)
+        return self._normalise(rows)
+
     def distribution(self, logits: torch.Tensor) -> torch.Tensor:
         """Processed probabilities at the current state: ``[V] -> [V]`` or ``[N, V] -> [N, V]``."""
         single = logits.dim() == 1
         rows = logits.unsqueeze(0) if single else logits  # [N, V]
         self._check_logits(rows)
-        for p in self.processors:
-            rows = p.apply(rows)
-        probs = self._normalise(rows)  # [N, V]
+        probs = self._finish(rows, lambda p, r: p.apply(r))  # [N, V]
         return probs.squeeze(0) if single else probs
 
     def rows_along(self, logits: torch.Tensor, path: Sequence[int]) -> torch.Tensor:
@@ -205,10 +236,7 @@ class ProcessorChain:
         if len(path) < n - 1:
             raise ShapeMismatchError(f"{n} rows need a path of at least {n - 1} tokens, got {len(path)}")
         steps = [self._check_token(t) for t in path[: max(0, n - 1)]]
-        rows = logits  # [n, V]
-        for p in self.processors:
-            rows = p.apply_along(rows, steps)
-        return self._normalise(rows)
+        return self._finish(logits, lambda p, r: p.apply_along(r, steps))  # [n, V]
 
     def stop_tokens(self) -> frozenset[int]:
         """Tokens that would end the request if emitted now (union over the stop automata)."""

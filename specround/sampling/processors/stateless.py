@@ -86,6 +86,18 @@ class Greedy(LogitProcessor):
         mark = torch.where(torch.isfinite(best), torch.zeros_like(best), best)
         return torch.full_like(logits, _NEG_INF).scatter(-1, winner, mark)
 
+    def one_hot(self, logits: torch.Tensor) -> torch.Tensor | None:
+        """The normalised rows of :meth:`apply`: ``1`` at each row's first arg-max, ``0`` elsewhere.
+
+        Softmax of :meth:`apply`'s row is exactly this one-hot (``exp(0) / 1`` and ``exp(-inf)``), so a
+        chain whose rows end here skips the O(V) masking and softmax passes. ``None`` when some row's
+        maximum is not finite: the chain then takes the general path, which refuses that row by name.
+        """
+        winner = logits.argmax(dim=-1, keepdim=True)  # [N, 1]
+        if not bool(torch.isfinite(logits.gather(-1, winner)).all()):
+            return None
+        return torch.zeros_like(logits).scatter_(-1, winner, 1.0)
+
     @classmethod
     def from_spec(cls, params: dict[str, Any], state: dict[str, Any]) -> Self:
         """Rebuild (no parameters)."""
