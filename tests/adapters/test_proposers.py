@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 import torch
@@ -189,3 +190,26 @@ def test_reduced_precision_twin_is_close_but_not_equal(tiny: LlamaBundle) -> Non
     assert not torch.equal(w, w16)
     assert float((w - w16).abs().max()) <= float(w.abs().max()) * 2**-8  # bf16 keeps 8 significant bits
     assert math.isclose(float(w16.to(torch.bfloat16).to(torch.float32).sum()), float(w16.sum()))
+
+
+def _lookup_by_windows(context: list[int], k: int, max_ngram: int, min_ngram: int) -> list[int]:
+    """The definition, window by window with tensors: the latest earlier n-gram equal to the suffix."""
+    ids = torch.tensor(context, dtype=torch.int64)
+    length = len(context)
+    for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
+        windows = ids[: length - 1].unfold(0, n, 1)  # every window that has a successor
+        hits = (windows == ids[length - n :]).all(dim=1).nonzero().flatten()
+        if hits.numel():
+            start = int(hits[-1]) + n
+            return [int(t) for t in ids[start : start + k]]
+    return []
+
+
+def test_lookup_equals_the_window_definition_on_random_contexts() -> None:
+    rng = random.Random(11)
+    for _ in range(400):
+        context = [rng.randrange(rng.choice((2, 4, 9))) for _ in range(rng.randrange(1, 60))]
+        k, max_ngram = rng.randrange(0, 6), rng.randrange(1, 5)
+        min_ngram = rng.randrange(1, max_ngram + 1)
+        expected = _lookup_by_windows(context, k, max_ngram, min_ngram) if k > 0 else []
+        assert lookup_continuation(context, k, max_ngram, min_ngram) == expected, (context, k, max_ngram)

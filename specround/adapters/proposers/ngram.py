@@ -23,15 +23,16 @@ def lookup_continuation(context: Sequence[int], k: int, max_ngram: int, min_ngra
     """Up to ``k`` tokens that followed the most recent earlier occurrence of the context's suffix."""
     if k <= 0:
         return []
-    ids = torch.tensor(list(context), dtype=torch.int64)  # [T]
-    length = ids.shape[0]
+    ids = [int(t) for t in context]
+    length = len(ids)
     for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
-        pattern = ids[length - n :]  # [n]
-        windows = ids[: length - 1].unfold(0, n, 1)  # [T - n, n]: every window that has a successor
-        hits = (windows == pattern).all(dim=1).nonzero().flatten()  # window starts
-        if hits.numel():
-            start = int(hits[-1]) + n
-            return [int(t) for t in ids[start : start + k]]
+        pattern = ids[length - n :]
+        first = pattern[0]
+        # Windows ids[s : s + n] with a successor (s + n <= length - 1), the latest first; a plain int
+        # comparison rules most starts out before a slice is compared.
+        for s in range(length - 1 - n, -1, -1):
+            if ids[s] == first and ids[s : s + n] == pattern:
+                return ids[s + n : s + n + k]
     return []
 
 
