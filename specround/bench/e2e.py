@@ -22,7 +22,8 @@ every temperature (greedy and 0.7 by default):
     ``max_matching_ngram_size=3`` like our lookup; ``assistant_model`` = the same bfloat16-rounded copy,
     ``num_assistant_tokens=K`` with the constant schedule and no confidence cut-off).
 
-Every case runs every prompt once per repetition, interleaved (a repetition runs all cases back to back),
+Every case runs every prompt once per repetition, interleaved (a repetition runs all cases back to back,
+successive prompts alternately in order and in reverse: :func:`~specround.bench.case_order.case_order`),
 after one untimed warm-up run per case. A sample's tokens per second is its generated tokens over its time,
 prompt prefill included, model loading excluded, measured twice: wall clock, and this process's CPU time
 (with one torch thread, the compute the generation itself used; on a shared machine it is far less
@@ -51,6 +52,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from specround.bench.case_order import case_order
 from specround.errors import InvalidRequestError
 from specround.ledger import expected_progress, survival_from_reach
 from specround.sampling.processors.processor_chain import sampling_chain
@@ -511,12 +513,14 @@ def run_e2e_bench(
                 progress(f"warm-up {case.name}")
             run(case, first, 0.7, seed, min(8, max_tokens))
         samples: dict[tuple[str, float, str], list[_Sample]] = {}
+        block = 0
         for rep in range(repeats):
             for cls, prompts in encoded.items():
                 for index, prompt in enumerate(prompts):
                     for temperature in temperatures:
                         run_seed = seed + 1000 * rep + index
-                        for case in cases:
+                        block += 1
+                        for case in case_order(cases, block):
                             if progress:
                                 label = f"{cls}[{index}] T={temperature} {case.name}"
                                 progress(f"repetition {rep + 1}/{repeats}: {label}")

@@ -19,7 +19,9 @@ four prompts, cycled when a class holds fewer, left-padded):
     the control: transformers' prompt lookup once more, paired with its first run; its ratio (draft
     ``(A/A)``) is the noise of the run, against which the other ratios are read.
 
-Each case runs once untimed (warm-up), then ``repeats`` times; tokens per second are generated tokens (up to
+Each case runs once untimed (warm-up), then ``repeats`` times, the cases of successive repetitions
+alternately in order and in reverse (:func:`~specround.bench.case_order.case_order`; an even ``repeats``
+balances them); tokens per second are generated tokens (up to
 each row's end) over wall-clock and over this process's CPU time (one torch thread). The ratios are medians
 of specround's rate over its transformers counterpart's, repetition by repetition.
 """
@@ -175,6 +177,7 @@ def run_hf_e2e_bench(
     progress: Callable[[str], None] | None = None,
 ) -> HfBenchReport:
     """Run the cases (module docstring) and return the report."""
+    from specround.bench.case_order import case_order
     from specround.bench.e2e import default_prompts_dir, load_prompt_classes
     from specround.hf import generate
     from specround.hf.cli_run import load_causal_lm, rounded_copy
@@ -232,7 +235,7 @@ def run_hf_e2e_bench(
             rates: dict[str, list[tuple[float, float]]] = {case: [] for case in runs}
             made: dict[str, int] = {}
             for rep in range(repeats + 1):
-                for case, run in runs.items():
+                for case, run in case_order(list(runs.items()), rep):
                     wall, cpu = time.perf_counter(), time.process_time()
                     tokens = run()
                     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
