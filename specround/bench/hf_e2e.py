@@ -181,6 +181,7 @@ def run_hf_e2e_bench(
     from specround.bench.e2e import default_prompts_dir, load_prompt_classes
     from specround.hf import generate
     from specround.hf.cli_run import load_causal_lm, rounded_copy
+    from specround.hf.generation_settings import set_assistant_draft_length
 
     torch.set_num_threads(threads)
     say = progress or (lambda line: None)
@@ -192,12 +193,7 @@ def run_hf_e2e_bench(
     texts = load_prompt_classes(prompts_dir or default_prompts_dir(), classes)
     log_dir = Path(tempfile.mkdtemp(prefix="specround-hf-bench-"))
     common: dict[str, Any] = {"max_new_tokens": max_tokens, "do_sample": False}
-    # transformers reads the draft length, its schedule and the confidence cut-off from the ASSISTANT's own
-    # generation config (the same fields passed to ``generate`` are not read), so they are set there.
-    draft_config = assistant.generation_config
-    draft_config.num_assistant_tokens = k
-    draft_config.num_assistant_tokens_schedule = "constant"
-    draft_config.assistant_confidence_threshold = 0.0
+    set_assistant_draft_length(assistant, k)  # where transformers reads it (not ``generate``'s arguments)
     hf_lookup = {"prompt_lookup_num_tokens": k, "max_matching_ngram_size": 3}
 
     def encode(batch: list[str]) -> tuple[torch.Tensor, torch.Tensor]:

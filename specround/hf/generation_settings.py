@@ -22,6 +22,7 @@ __all__ = [
     "GenerationSettings",
     "resolve_config",
     "resolve_settings",
+    "set_assistant_draft_length",
     "settings_from_config",
     "with_assistant_draft_length",
 ]
@@ -272,3 +273,18 @@ def with_assistant_draft_length(settings: GenerationSettings, assistant_model: A
             ["num_assistant_tokens_schedule"], f"{schedule!r}; use 'constant' or 'heuristic'"
         )
     return replace(settings, num_assistant_tokens=tokens, num_assistant_tokens_schedule=schedule)
+
+
+def set_assistant_draft_length(assistant_model: Any, k: int) -> None:
+    """Make transformers' assisted generation with ``assistant_model`` draft exactly ``k`` tokens a round.
+
+    transformers reads ``num_assistant_tokens``, its schedule and ``assistant_confidence_threshold`` only
+    from the assistant's own ``generation_config`` (the same fields passed to ``generate`` are not read), so
+    they are set there: ``k``, the constant schedule, and no confidence cut-off.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise InvalidRequestError(f"the assistant's draft length must be a positive integer, got {k!r}")
+    config = assistant_model.generation_config
+    config.num_assistant_tokens = k
+    config.num_assistant_tokens_schedule = "constant"
+    config.assistant_confidence_threshold = 0.0

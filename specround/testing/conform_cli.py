@@ -58,7 +58,9 @@ def conform_transformers(
     seed: int = options.SEED_OPTION,
     trace: int = typer.Option(32, "--trace", min=0, help="Requests traced for the white-box checks."),
     num_assistant_tokens: int | None = typer.Option(
-        None, "--num-assistant-tokens", help="Assistant draft length."
+        None,
+        "--num-assistant-tokens",
+        help="Fixed assistant draft length, set on the assistant's own generation_config.",
     ),
     device: str = typer.Option("cpu", "--device", help="Torch device of both models."),
     as_json: bool = options.JSON_OPTION,

@@ -134,6 +134,13 @@ class TransformersEngine:
         self.prompt_lookup = prompt_lookup
         self.max_matching_ngram_size = max_matching_ngram_size
         self.num_assistant_tokens = num_assistant_tokens
+        """The assistant's draft length, set on its own ``generation_config`` (read by transformers)."""
+        if num_assistant_tokens is not None:
+            if assistant is None:
+                raise InvalidRequestError("num_assistant_tokens needs an assistant model")
+            from specround.hf.generation_settings import set_assistant_draft_length
+
+            set_assistant_draft_length(assistant, num_assistant_tokens)
         self.name = name or f"transformers:{mode}"
 
     def _config(self, request: EngineRequest) -> Any:
@@ -156,8 +163,6 @@ class TransformersEngine:
             values["prompt_lookup_num_tokens"] = self.prompt_lookup
             if self.max_matching_ngram_size is not None:
                 values["max_matching_ngram_size"] = self.max_matching_ngram_size
-        elif self.num_assistant_tokens is not None:
-            values["num_assistant_tokens"] = self.num_assistant_tokens
         return GenerationConfig(**values)  # type: ignore[no-untyped-call]
 
     def _generate(self, request: EngineRequest) -> list[int]:

@@ -74,3 +74,29 @@ def test_tracing_restores_the_model_and_torch(pair: tuple[Any, Any]) -> None:
     assert out == engine.generate([request])[0]  # tracing does not change the output
     assert sum(len(r.emitted) for r in rounds) == len(out)
     assert all(r.p_rows.shape[0] == len(r.draft_ids) + 1 for r in rounds)
+
+
+def test_num_assistant_tokens_reaches_the_assistant(pair: tuple[Any, Any]) -> None:
+    """transformers reads the draft length from the assistant's config: the engine sets it there."""
+    import copy
+
+    from specround.errors import InvalidRequestError
+    from specround.testing.hf_engine import TransformersEngine
+
+    target, shared = pair
+    assistant = copy.deepcopy(shared)  # the engine writes the assistant's generation_config
+    engine = TransformersEngine(target, assistant=assistant, num_assistant_tokens=2)
+    calls: list[str] = []
+    hooks = [
+        target.register_forward_pre_hook(lambda *_: calls.append("T")),
+        assistant.register_forward_pre_hook(lambda *_: calls.append("A")),
+    ]
+    try:
+        engine.generate([EngineRequest(prompt=PROMPT, settings=TOP_K, seed=0, horizon=12)])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    drafts_per_round = [len(run) for run in "".join(calls).split("T") if run]
+    assert drafts_per_round and max(drafts_per_round) == 2  # transformers' default would draft 20
+    with pytest.raises(InvalidRequestError, match="needs an assistant"):
+        TransformersEngine(target, prompt_lookup=3, num_assistant_tokens=2)
