@@ -159,6 +159,21 @@ def _token_ids(value: Any, name: str) -> tuple[int, ...]:
     raise InvalidRequestError(f"{name} must be a token id or a list of them, got {value!r}")
 
 
+def _draft_length(config: Any) -> tuple[int | None, str]:
+    """A config's ``num_assistant_tokens`` (None when unset or transformers' default of 20) and schedule."""
+    schedule = getattr(config, "num_assistant_tokens_schedule", None) or "constant"
+    if schedule not in ("constant", "heuristic"):
+        raise UnsupportedGenerationConfigError(
+            ["num_assistant_tokens_schedule"], f"{schedule!r}; use 'constant' or 'heuristic'"
+        )
+    tokens = getattr(config, "num_assistant_tokens", None)
+    if tokens is None:
+        return None, schedule
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise InvalidRequestError(f"num_assistant_tokens must be a non-negative integer, got {tokens!r}")
+    return (None if tokens == 20 else tokens), schedule  # 20 is transformers' default, not a choice
+
+
 def resolve_config(model: Any, generation_config: Any, kwargs: Mapping[str, Any]) -> Any:
     """The config ``model.generate`` would use; keyword arguments it does not know are refused."""
     config, unknown = model._prepare_generation_config(generation_config, **dict(kwargs))
@@ -205,12 +220,7 @@ def settings_from_config(config: Any) -> GenerationSettings:
     min_p = real("min_p", config.min_p)
     penalty = real("repetition_penalty", config.repetition_penalty)
     ngram = count("no_repeat_ngram_size", config.no_repeat_ngram_size)
-    schedule = config.num_assistant_tokens_schedule or "constant"
-    if schedule not in ("constant", "heuristic"):
-        raise UnsupportedGenerationConfigError(
-            ["num_assistant_tokens_schedule"], f"{schedule!r}; use 'constant' or 'heuristic'"
-        )
-    assistant_tokens = count("num_assistant_tokens", config.num_assistant_tokens)
+    assistant_tokens, schedule = _draft_length(config)
     strings = config.stop_strings
     stop_strings = (strings,) if isinstance(strings, str) else tuple(strings or ())
     bad = config.bad_words_ids
@@ -237,7 +247,7 @@ def settings_from_config(config: Any) -> GenerationSettings:
         max_new_tokens=count("max_new_tokens", config.max_new_tokens),
         max_length=count("max_length", config.max_length),
         pad_token_id=int(pad) if pad is not None else (eos[0] if eos else None),
-        num_assistant_tokens=assistant_tokens if assistant_tokens not in (None, 20) else None,
+        num_assistant_tokens=assistant_tokens,
         num_assistant_tokens_schedule=schedule,
         prompt_lookup_num_tokens=count("prompt_lookup_num_tokens", config.prompt_lookup_num_tokens),
         max_matching_ngram_size=count("max_matching_ngram_size", config.max_matching_ngram_size),
@@ -261,17 +271,9 @@ def with_assistant_draft_length(settings: GenerationSettings, assistant_model: A
     """
     if settings.num_assistant_tokens is not None or assistant_model is None:
         return settings
-    own = getattr(assistant_model, "generation_config", None)
-    tokens = getattr(own, "num_assistant_tokens", None)
-    if tokens is None or tokens == 20:  # transformers' default: not a choice of the caller
+    tokens, schedule = _draft_length(getattr(assistant_model, "generation_config", None))
+    if tokens is None:
         return settings
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-        raise InvalidRequestError(f"the assistant's num_assistant_tokens must be >= 0, got {tokens!r}")
-    schedule = getattr(own, "num_assistant_tokens_schedule", None) or "constant"
-    if schedule not in ("constant", "heuristic"):
-        raise UnsupportedGenerationConfigError(
-            ["num_assistant_tokens_schedule"], f"{schedule!r}; use 'constant' or 'heuristic'"
-        )
     return replace(settings, num_assistant_tokens=tokens, num_assistant_tokens_schedule=schedule)
 
 
