@@ -143,7 +143,9 @@ def _drafter(assistant_model: Any, settings: GenerationSettings, batch: int, voc
             assistant_model, range(batch), vocab_size=vocab, filler_id=settings.pad_token_id or 0
         )
     if settings.prompt_lookup_num_tokens:
-        return LookupDrafter(vocab, max_ngram=settings.max_matching_ngram_size or 2)
+        return LookupDrafter(
+            vocab, max_ngram=settings.max_matching_ngram_size or 2, eos_token_ids=settings.eos_token_ids
+        )
     return None
 
 

@@ -192,15 +192,17 @@ def test_reduced_precision_twin_is_close_but_not_equal(tiny: LlamaBundle) -> Non
     assert math.isclose(float(w16.to(torch.bfloat16).to(torch.float32).sum()), float(w16.sum()))
 
 
-def _lookup_by_windows(context: list[int], k: int, max_ngram: int, min_ngram: int) -> list[int]:
-    """The definition, window by window with tensors: the latest earlier n-gram equal to the suffix."""
+def _lookup_by_windows(
+    context: list[int], k: int, max_ngram: int, min_ngram: int, earliest: bool = False
+) -> list[int]:
+    """The definition, window by window with tensors: the latest (or first) earlier n-gram like the suffix."""
     ids = torch.tensor(context, dtype=torch.int64)
     length = len(context)
     for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
         windows = ids[: length - 1].unfold(0, n, 1)  # every window that has a successor
         hits = (windows == ids[length - n :]).all(dim=1).nonzero().flatten()
         if hits.numel():
-            start = int(hits[-1]) + n
+            start = int(hits[0 if earliest else -1]) + n
             return [int(t) for t in ids[start : start + k]]
     return []
 
@@ -211,5 +213,7 @@ def test_lookup_equals_the_window_definition_on_random_contexts() -> None:
         context = [rng.randrange(rng.choice((2, 4, 9))) for _ in range(rng.randrange(1, 60))]
         k, max_ngram = rng.randrange(0, 6), rng.randrange(1, 5)
         min_ngram = rng.randrange(1, max_ngram + 1)
-        expected = _lookup_by_windows(context, k, max_ngram, min_ngram) if k > 0 else []
-        assert lookup_continuation(context, k, max_ngram, min_ngram) == expected, (context, k, max_ngram)
+        for earliest in (False, True):
+            expected = _lookup_by_windows(context, k, max_ngram, min_ngram, earliest) if k > 0 else []
+            got = lookup_continuation(context, k, max_ngram, min_ngram, earliest=earliest)
+            assert got == expected, (context, k, max_ngram, earliest)

@@ -1,8 +1,9 @@
 """Prompt-lookup (n-gram) proposer: continue the request's own text after an earlier copy of its suffix.
 
 For n from ``max_ngram`` down to ``min_ngram``, the last n tokens of the context are searched for earlier in
-the context; the most recent earlier occurrence wins and the tokens that followed it become the drafts
-(at most K, and no more than the context holds after the match). No match gives zero drafts. The proposal
+the context; the most recent earlier occurrence wins (``earliest=True``: the first one, left to right, as
+transformers' prompt lookup searches) and the tokens that followed it become the drafts (at most K, and no
+more than the context holds after the match). No match gives zero drafts. The proposal
 is a point mass, so each q row is one-hot, which is exact: acceptance is ``min(1, p(d))`` and the residual
 is ``p`` with ``d`` removed. No randomness is used (zero PROPOSAL draws).
 """
@@ -19,8 +20,14 @@ from specround.statemachine.model_ports import Proposal, ProposalRequest
 __all__ = ["NGramProposer", "lookup_continuation"]
 
 
-def lookup_continuation(context: Sequence[int], k: int, max_ngram: int, min_ngram: int = 1) -> list[int]:
-    """Up to ``k`` tokens that followed the most recent earlier occurrence of the context's suffix."""
+def lookup_continuation(
+    context: Sequence[int], k: int, max_ngram: int, min_ngram: int = 1, *, earliest: bool = False
+) -> list[int]:
+    """Up to ``k`` tokens that followed an earlier occurrence of the context's suffix.
+
+    The longest matching n wins; among its occurrences the most recent, or with ``earliest`` the first one
+    left to right.
+    """
     if k <= 0:
         return []
     ids = [int(t) for t in context]
@@ -28,9 +35,10 @@ def lookup_continuation(context: Sequence[int], k: int, max_ngram: int, min_ngra
     for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
         pattern = ids[length - n :]
         first = pattern[0]
-        # Windows ids[s : s + n] with a successor (s + n <= length - 1), the latest first; a plain int
+        # Windows ids[s : s + n] with a successor (s + n <= length - 1), in search order; a plain int
         # comparison rules most starts out before a slice is compared.
-        for s in range(length - 1 - n, -1, -1):
+        starts = range(length - n) if earliest else range(length - 1 - n, -1, -1)
+        for s in starts:
             if ids[s] == first and ids[s : s + n] == pattern:
                 return ids[s + n : s + n + k]
     return []
