@@ -72,6 +72,21 @@ def test_greedy_is_an_exact_one_hot_with_lowest_id_on_ties() -> None:
     assert torch.equal(torch.softmax(out[:2], -1), torch.tensor([[0.0, 1, 0, 0], [0, 0, 1, 0]]))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_greedy_one_hot_marks_the_first_arg_max_in_every_dtype_and_layout(dtype: torch.dtype) -> None:
+    """One-hot rows at torch's first arg-max, for numpy's CPU scan and torch's own, strided rows included."""
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randint(0, 4, (7, 40), generator=gen).to(dtype)  # many ties per row
+    x[3] = NEG_INF
+    x[3, 16] = 2.0
+    for rows in (x, x.t().contiguous().t(), x[:, ::2]):
+        got = Greedy().one_hot(rows)
+        assert got is not None and got.dtype == rows.dtype
+        expected = torch.zeros_like(rows).scatter_(-1, rows.argmax(dim=-1, keepdim=True), 1.0)
+        assert torch.equal(got, expected)
+    assert Greedy().one_hot(torch.full((2, 5), NEG_INF, dtype=dtype)) is None  # left to the general path
+
+
 @given(rows=_tied_rows, k=st.integers(1, 45))
 def test_top_k_matches_reference(rows: list[list[float]], k: int) -> None:
     x = torch.tensor(rows, dtype=torch.float64)

@@ -161,7 +161,8 @@ class ProcessorChain:
             )
         if not logits.dtype.is_floating_point:
             raise ShapeMismatchError(f"logits must be floating point, got {logits.dtype}")
-        if logits.numel() and not bool((logits < _POS_INF).all()):
+        # One reduction: the maximum is NaN when any value is (torch's max propagates NaN), +inf when one is.
+        if logits.numel() and not bool(logits.max() < _POS_INF):
             raise NonFiniteProbabilityError("logits hold NaN or +inf")
 
     def _normalise(self, processed: torch.Tensor) -> torch.Tensor:

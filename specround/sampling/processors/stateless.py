@@ -81,7 +81,7 @@ class Greedy(LogitProcessor):
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """``0`` at each row's first arg-max, ``-inf`` elsewhere (``[N, V]``); all ``-inf`` rows stay so."""
-        winner = logits.argmax(dim=-1, keepdim=True)  # [N, 1]; torch returns the first maximal index
+        winner = _first_argmax(logits)  # [N, 1]
         best = logits.gather(-1, winner)  # [N, 1]
         mark = torch.where(torch.isfinite(best), torch.zeros_like(best), best)
         return torch.full_like(logits, _NEG_INF).scatter(-1, winner, mark)
@@ -93,7 +93,7 @@ class Greedy(LogitProcessor):
         chain whose rows end here skips the O(V) masking and softmax passes. ``None`` when some row's
         maximum is not finite: the chain then takes the general path, which refuses that row by name.
         """
-        winner = logits.argmax(dim=-1, keepdim=True)  # [N, 1]
+        winner = _first_argmax(logits)  # [N, 1]
         if not bool(torch.isfinite(logits.gather(-1, winner)).all()):
             return None
         return torch.zeros_like(logits).scatter_(-1, winner, 1.0)
@@ -102,6 +102,18 @@ class Greedy(LogitProcessor):
     def from_spec(cls, params: dict[str, Any], state: dict[str, Any]) -> Self:
         """Rebuild (no parameters)."""
         return cls(*_stateless_arguments(cls.kind, params, (), state))
+
+
+def _first_argmax(logits: torch.Tensor) -> torch.Tensor:
+    """Each row's first arg-max ``[N, 1]`` (int64); numpy's for CPU float32/float64 rows, torch's otherwise.
+
+    Both return the first maximal index of a row (and a NaN's, which the chain has refused before); numpy's
+    vectorised scan is several times faster than torch's row-by-row reduction on CPU.
+    """
+    if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.float64) and logits.numel():
+        found = logits.detach().numpy().argmax(axis=-1)  # [N]
+        return torch.from_numpy(found).to(torch.int64).unsqueeze(-1)
+    return logits.argmax(dim=-1, keepdim=True)
 
 
 class TopK(LogitProcessor):
