@@ -80,7 +80,7 @@ class BatchedCausalLM:
 
     # --- forward ---------------------------------------------------------------------------------------
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def forward(
         self,
         feeds: Mapping[int, Sequence[int]],

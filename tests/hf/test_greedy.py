@@ -129,3 +129,24 @@ def test_the_assistants_own_draft_length_is_honoured_and_the_calls_overrides_it(
     assert max(r.requested_k for rows in own.rounds for r in rows) == 2
     assert max(r.requested_k for rows in call.rounds for r in rows) == 3
     assert torch.equal(own.sequences, call.sequences)  # greedy: the draft length changes no token
+
+
+def test_returned_tensors_are_ordinary_tensors_the_caller_may_modify() -> None:
+    """The forwards run under inference mode; nothing handed back is an inference tensor."""
+    out = generate(
+        tiny_llama(0),
+        IDS,
+        attention_mask=MASK,
+        prompt_lookup_num_tokens=3,
+        log=MemoryEventLog(),
+        max_new_tokens=4,
+        do_sample=False,
+        eos_token_id=None,
+        return_dict_in_generate=True,
+        output_scores=True,
+        output_logits=True,
+    )
+    assert isinstance(out, SpecroundGenerateOutput) and out.scores and out.logits
+    for tensor in (out.sequences, *out.scores, *out.logits):
+        assert not tensor.is_inference()
+        tensor.add_(0)  # an in-place update raises on an inference tensor

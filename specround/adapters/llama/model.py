@@ -88,7 +88,7 @@ class LlamaModel:
         self.weights = weights
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def forward(
         self,
         token_ids: torch.Tensor,
