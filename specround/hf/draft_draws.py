@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from specround.adapters.proposers.draws import seed_tensor
@@ -36,7 +37,23 @@ def draw_tokens(q_rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """
     if q_rows.shape[0] == 0:
         return torch.empty(0, dtype=torch.int64)
+    point = _point_masses(q_rows)
+    return point if point is not None else inverse_cdf(q_rows, u).tokens  # [B]
+
+
+def _point_masses(q_rows: torch.Tensor) -> torch.Tensor | None:
+    """[B] each row's one positive entry when every row is a finite point mass (none negative), else None.
+
+    CPU float rows are read with numpy's vectorised reductions (a few fast passes: minimum, maximum,
+    non-zero count, arg-max); torch's own otherwise.
+    """
+    if q_rows.device.type == "cpu" and q_rows.dtype in (torch.float32, torch.float64):
+        rows = q_rows.detach().numpy()  # [B, V]
+        top = rows.max(axis=-1)  # [B]; NaN propagates
+        if not (rows.min() >= 0 and np.isfinite(top).all() and (np.count_nonzero(rows, axis=-1) == 1).all()):
+            return None
+        return torch.from_numpy(rows.argmax(axis=-1).astype(np.int64))  # [B] the only positive entry
     positive = q_rows > 0  # [B, V]
     if bool((positive.sum(-1) == 1).all() & (q_rows >= 0).all() & torch.isfinite(q_rows.amax(-1)).all()):
         return positive.to(torch.uint8).argmax(-1).to(torch.int64)  # [B]
-    return inverse_cdf(q_rows, u).tokens  # [B]
+    return None

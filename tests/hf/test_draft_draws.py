@@ -42,3 +42,27 @@ def test_spread_rows_draw_as_draw_proposals() -> None:
     mixed[0] = 0.0
     mixed[0, 3] = 1.0  # one point mass among spread rows still goes through the inverse CDF
     assert draw_tokens(mixed, u).tolist() == inverse_cdf(mixed, u).tokens.tolist()
+
+
+def test_point_mass_detection_refuses_what_the_inverse_cdf_must_judge() -> None:
+    """Negative, NaN, +inf or two positive entries go to the inverse CDF; float64 and bfloat16 rows too."""
+    u = torch.full((2,), 0.25, dtype=torch.float64)
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        q = torch.zeros(2, 40, dtype=dtype)
+        q[0, 5], q[1, 39] = 1.0, 0.5
+        assert draw_tokens(q, u).tolist() == [5, 39]
+    spread = torch.zeros(2, 40)
+    spread[0, 5], spread[1, 2], spread[1, 3] = 1.0, 0.5, 0.5  # row 1: two positive entries
+    assert draw_tokens(spread, u).tolist() == inverse_cdf(spread, u).tokens.tolist()
+    for bad in (-0.5, float("nan"), float("inf")):
+        q = torch.zeros(2, 40)
+        q[0, 5], q[1, 39], q[1, 0] = 1.0, 1.0, bad
+        try:
+            expected: object = inverse_cdf(q, u).tokens.tolist()
+        except Exception as exc:  # the inverse CDF refuses the row by name
+            expected = type(exc)
+        try:
+            got: object = draw_tokens(q, u).tolist()
+        except Exception as exc:
+            got = type(exc)
+        assert got == expected, bad
