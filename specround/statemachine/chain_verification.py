@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
+from specround.canonical import GENESIS_HASH, canonical_bytes, chain_link
 from specround.statemachine.ports import LogHead, StoredEvent
 
 __all__ = ["ChainFinding", "ChainFindingKind", "verify_chain"]
@@ -98,7 +98,7 @@ def verify_chain(events: Iterable[StoredEvent], head: LogHead | None = None) -> 
             continue
         raw = event.payload_bytes
         data = raw if raw is not None else canonical_bytes(payload)
-        if chain_hash(event.prev_hash, data) != event.hash:
+        if chain_link(event.prev_hash, data) != event.hash:
             report(ChainFindingKind.EDITED, event.seq, "the stored hash does not match the payload")
             edited.add(index)
         elif (

@@ -17,12 +17,11 @@ and its upcasters). The state digest is extended from token folds in O(emitted) 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from specround.canonical import GENESIS_HASH, canonical_bytes
+from specround.canonical import GENESIS_HASH, canonical_bytes, chain_link
 from specround.errors import LogIntegrityError, SpecroundError
 from specround.statemachine.events import EVENT_SCHEMA_VERSION, ROUND_EVENT_KINDS, RequestOpened, parse_event
 from specround.statemachine.ports import EventLog, StoredEvent
@@ -41,7 +40,6 @@ __all__ = [
 ]
 
 _OPENED = "request_opened"
-_sha256 = hashlib.sha256
 _ROUND_EVENTS = len(ROUND_EVENT_KINDS)
 _TERMINALS = ("correction", "bonus", "stop")
 _REASONS = (None, "stop", "length")
@@ -152,7 +150,7 @@ class _Fold:
             data = event.payload_bytes
             if data is None:
                 data = canonical_bytes(payload)
-            if _sha256(prev_hash.encode("ascii") + data).hexdigest() != event.hash:  # chain_hash, inlined
+            if chain_link(prev_hash, data) != event.hash:
                 raise self._error(event, "hash does not match the payload (edited event)")
         if payload.get("kind") != event.kind or payload.get("request_id") != self.request_id:
             raise self._error(event, "the envelope disagrees with the payload's kind or request id")

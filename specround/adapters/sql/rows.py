@@ -13,14 +13,13 @@ column holding text, a generation that is not an integer). :func:`decode_head_ro
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Sequence
 from typing import Any
 
 from specround.adapters.sql.round_body import decode_round, raw_payloads
 from specround.adapters.sql.tables import PREV_LINK_BYTES
-from specround.canonical import dumps_trusted, load
+from specround.canonical import chain_link, dumps_trusted, load
 from specround.errors import LogIntegrityError
 from specround.signing import SignatureRow
 from specround.statemachine.events import ROUND_EVENT_KINDS
@@ -258,23 +257,16 @@ def _round_payloads(
     return objects, list(raw), defects
 
 
-def decode_round_row(
-    row: Sequence[Any],
-    links: dict[bytes, str],
-    previous_processor: str | None,
-    fallback_generation: int = 0,
-) -> tuple[list[StoredEvent], str | None]:
-    """One ``rounds`` row (request id, generation, round id, time, commit, prev, hash, body) as five events.
+_EMPTY_PAYLOADS: list[dict[str, Any]] = []
+_EMPTY_DATA: list[bytes] = [b""] * len(ROUND_EVENT_KINDS)
+_NO_DEFECTS: list[str | None] = [None] * len(ROUND_EVENT_KINDS)
 
-    ``links`` maps stored link prefixes to full hashes of the request's rows; ``previous_processor`` is the
-    previous round's ``processor_after`` (a compact body may refer to it). Returns the events (seqs
-    ``5g - 4 .. 5g``, inner links recomputed from the payloads) and this round's ``processor_after``. Never
-    raises for a row of eight values: what could not be read is the ``defect`` of all five events, whose
-    payloads are then empty (of one event only, for a ``RAW`` body's unreadable text). A generation that
-    is not an integer is taken as ``fallback_generation`` (the reader passes the previous row's plus one).
-    """
+
+def _read_round_columns(
+    row: Sequence[Any], problems: list[str], fallback_generation: int
+) -> tuple[str, int, str, float, bytes, bytes, bytes, bytes]:
+    """The columns of a ``rounds`` row that is not well typed, each problem named in ``problems``."""
     request_id, generation, round_id, at, commit, prev, last, body = row[:8]
-    problems: list[str] = []
     rid = row_id(request_id)
     if not isinstance(request_id, str):
         problems.append(f"request_id {_short(request_id)} is not text")
@@ -298,34 +290,90 @@ def decode_round_row(
         blobs[name] = blob
     if len(blobs["hash"]) != 32 and "hash" not in " ".join(problems):
         problems.append(f"hash holds {len(blobs['hash'])} bytes, not 32")
+    return (
+        rid,
+        generation_,
+        round_id_,
+        at_,
+        blobs["commit_digest"],
+        blobs["prev_hash"],
+        blobs["hash"],
+        blobs["body"],
+    )
+
+
+def decode_round_row(
+    row: Sequence[Any],
+    links: dict[bytes, str],
+    previous_processor: str | None,
+    fallback_generation: int = 0,
+) -> tuple[list[StoredEvent], str | None]:
+    """One ``rounds`` row (request id, generation, round id, time, commit, prev, hash, body) as five events.
+
+    ``links`` maps stored link prefixes to full hashes of the request's rows; ``previous_processor`` is the
+    previous round's ``processor_after`` (a compact body may refer to it). Returns the events (seqs
+    ``5g - 4 .. 5g``, inner links recomputed from the payloads) and this round's ``processor_after``. Never
+    raises for a row of eight values: what could not be read is the ``defect`` of all five events, whose
+    payloads are then empty (of one event only, for a ``RAW`` body's unreadable text). A generation that
+    is not an integer is taken as ``fallback_generation`` (the reader passes the previous row's plus one).
+    """
+    request_id, generation, round_id, at, commit, prev, last, body = row[:8]
+    problems: list[str] = []
+    if (  # the rows the log writes: every column of its type (the checks below would find nothing)
+        type(request_id) is str
+        and type(generation) is int
+        and -_INT64 <= generation < _INT64
+        and type(round_id) is str
+        and type(at) is float
+        and at - at == 0.0  # finite
+        and type(commit) is bytes
+        and type(prev) is bytes
+        and type(last) is bytes
+        and type(body) is bytes
+        and len(last) == 32
+    ):
+        rid, generation_, round_id_, at_, commit_, prefix, final_, body_ = (
+            request_id,
+            generation,
+            round_id,
+            at,
+            commit,
+            prev,
+            last,
+            body,
+        )
+    else:
+        rid, generation_, round_id_, at_, commit_, prefix, final_, body_ = _read_round_columns(
+            row, problems, fallback_generation
+        )
     count = len(ROUND_EVENT_KINDS)
-    payloads: list[dict[str, Any]] = [{} for _ in range(count)]
-    data: list[bytes] = [b""] * count
-    defects: list[str | None] = [None] * count
+    payloads: list[dict[str, Any]] = _EMPTY_PAYLOADS
+    data: list[bytes] = _EMPTY_DATA
+    defects: list[str | None] = _NO_DEFECTS
     processor_after: Any = None
     readable = False
     if not any(p.startswith(("body ", "commit_digest ", "round_id ")) for p in problems):
         try:
             payloads, data, defects = _round_payloads(
-                blobs["body"], rid, round_id_, generation_, blobs["commit_digest"].hex(), previous_processor
+                body_, rid, round_id_, generation_, commit_.hex(), previous_processor
             )
         except ValueError as exc:
             problems.append(f"the round body is unreadable: {exc}")
         else:
             readable = not any(defects)
             processor_after = payloads[3].get("processor_after")
+    if payloads is _EMPTY_PAYLOADS:
+        payloads = [{} for _ in range(count)]  # each event its own (empty) object
     defect = "; ".join(problems) or None
     seq = 5 * generation_ - 4
-    prefix = blobs["prev_hash"]
     link = links.get(prefix) or prefix.hex() + _UNRESOLVED
-    final = blobs["hash"].hex()
+    final = final_.hex()
     out: list[StoredEvent] = []
-    sha256 = hashlib.sha256
-    last_index = len(ROUND_EVENT_KINDS) - 1
+    last_index = count - 1
     for index, kind in enumerate(ROUND_EVENT_KINDS):
         payload = payloads[index]
         version = payload.get("schema_version", 1)
-        following = final if index == last_index else sha256(link.encode("ascii") + data[index]).hexdigest()
+        following = final if index == last_index else chain_link(link, data[index])
         out.append(
             StoredEvent(
                 rid,
