@@ -277,9 +277,9 @@ def _round_payloads(
         raw = raw_payloads(body)
         if raw is None:
             payloads = decode_round(body, request_id, round_id, generation, commit, previous)
-            if len(payloads) != count or not all(isinstance(p, dict) for p in payloads):
+            if len(payloads) != count or not all(type(p) is dict or isinstance(p, dict) for p in payloads):
                 raise ValueError("the stored round does not hold five JSON objects")
-            return payloads, [dumps_trusted(payload) for payload in payloads], [None] * count
+            return payloads, list(map(dumps_trusted, payloads)), _NO_DEFECTS
     except LogIntegrityError as exc:
         raise ValueError(str(exc).split(": ", 1)[-1]) from None
     except ValueError:
@@ -396,7 +396,7 @@ def decode_round_row(
     defects: list[str | None] = _NO_DEFECTS
     processor_after: Any = None
     readable = False
-    if not any(p.startswith(("body ", "commit_digest ", "round_id ")) for p in problems):
+    if not problems or not any(p.startswith(("body ", "commit_digest ", "round_id ")) for p in problems):
         try:
             payloads, data, defects = _round_payloads(
                 body_, rid, round_id_, generation_, commit_.hex(), previous_processor
@@ -408,7 +408,7 @@ def decode_round_row(
             processor_after = payloads[3].get("processor_after")
     if payloads is _EMPTY_PAYLOADS:
         payloads = [{} for _ in range(count)]  # each event its own (empty) object
-    defect = "; ".join(problems) or None
+    defect = "; ".join(problems) if problems else None
     seq = 5 * generation_ - 4
     link = links.get(prefix) or prefix.hex() + _UNRESOLVED
     final = final_.hex()
