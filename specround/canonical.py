@@ -33,7 +33,6 @@ __all__ = [
     "GENESIS_HASH",
     "canonical_bytes",
     "chain_hash",
-    "chain_link",
     "digest",
     "dumps_trusted",
     "first_non_finite",
@@ -114,28 +113,3 @@ def digest(value: Any) -> str:
 def chain_hash(previous_hash: str, event_bytes: bytes) -> str:
     """Next link of a per-request hash chain: ``sha256(previous_hash_hex || event_bytes)``."""
     return _sha256(previous_hash.encode("ascii") + event_bytes).hexdigest()
-
-
-_LINKS: dict[tuple[str, bytes], str] = {}
-_LINKS_KEPT = 8192
-"""Most links :func:`chain_link` remembers (it forgets them all when full: bounded memory)."""
-
-
-def chain_link(previous_hash: str, event_bytes: bytes) -> str:
-    """:func:`chain_hash`, remembering the last few thousand links it computed (a pure-function memo).
-
-    Readers recompute one link several times: the SQL log derives each link inside a stored round from the
-    payloads, and the chain check and replay then verify every link of the stream again. A link is looked
-    up by its exact inputs (value equality of the previous hash and of the bytes), so the result is always
-    ``chain_hash(previous_hash, event_bytes)``: edited bytes are different bytes and are hashed afresh.
-    """
-    if type(event_bytes) is not bytes:  # a bytearray or memoryview cannot be a key
-        return chain_hash(previous_hash, event_bytes)
-    key = (previous_hash, event_bytes)
-    link = _LINKS.get(key)
-    if link is None:
-        link = _sha256(previous_hash.encode("ascii") + event_bytes).hexdigest()
-        if len(_LINKS) >= _LINKS_KEPT:
-            _LINKS.clear()
-        _LINKS[key] = link
-    return link

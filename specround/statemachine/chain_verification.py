@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from specround.canonical import GENESIS_HASH, canonical_bytes, chain_link
+from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
 from specround.statemachine.ports import LogHead, StoredEvent
 
 __all__ = ["ChainFinding", "ChainFindingKind", "verify_chain"]
@@ -104,7 +104,7 @@ def verify_chain(events: Iterable[StoredEvent], head: LogHead | None = None) -> 
             continue
         raw = event.payload_bytes
         data = raw if raw is not None else canonical_bytes(payload)
-        if chain_link(prev_hash, data) != link:
+        if chain_hash(prev_hash, data) != link:
             message = "the stored hash does not match the payload"
             integrity.append(ChainFinding(ChainFindingKind.EDITED, request_id, event.seq, message))
             edited.add(index)

@@ -14,13 +14,14 @@ column holding text, a generation that is not an integer). :func:`decode_head_ro
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from collections.abc import Sequence
 from typing import Any
 
 from specround.adapters.sql.round_body import decode_round, raw_payloads
 from specround.adapters.sql.tables import PREV_LINK_BYTES
-from specround.canonical import chain_link, dumps_trusted, load
+from specround.canonical import dumps_trusted, load
 from specround.errors import LogIntegrityError
 from specround.signing import SignatureRow
 from specround.statemachine.events import ROUND_EVENT_KINDS
@@ -413,11 +414,12 @@ def decode_round_row(
     link = links.get(prefix) or prefix.hex() + _UNRESOLVED
     final = final_.hex()
     out: list[StoredEvent] = []
+    sha256 = hashlib.sha256  # chain_hash, inlined
     last_index = count - 1
     for index, kind in enumerate(ROUND_EVENT_KINDS):
         payload = payloads[index]
         version = payload.get("schema_version", 1)
-        following = final if index == last_index else chain_link(link, data[index])
+        following = final if index == last_index else sha256(link.encode("ascii") + data[index]).hexdigest()
         out.append(
             _stored_event(
                 rid,
