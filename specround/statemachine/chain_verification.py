@@ -75,50 +75,46 @@ def verify_chain(events: Iterable[StoredEvent], head: LogHead | None = None) -> 
         findings.append(ChainFinding(kind, request_id, seq, message))
 
     # 1. Duplicates (same hash stored again) are set aside; the rest is checked as a chain.
-    # 2. Each event's own integrity: hash over payload, envelope against payload.
-    # One pass does both (and counts the links for step 3); step 2's findings follow all of step 1's.
     position: dict[str, int] = {}
     unique: list[StoredEvent] = []
-    edited: set[int] = set()
-    children: dict[str, int] = {}
-    integrity: list[ChainFinding] = []
     for event in stored:
         if event.request_id != request_id:
             report(ChainFindingKind.INSERTED, event.seq, f"an event of request {event.request_id!r}")
             continue
-        link = event.hash
-        if link in position:
-            first = unique[position[link]]
+        if event.hash in position:
+            first = unique[position[event.hash]]
             report(ChainFindingKind.DUPLICATED, event.seq, f"a copy of the event at seq {first.seq}")
             continue
-        index = len(unique)
-        position[link] = index
+        position[event.hash] = len(unique)
         unique.append(event)
-        prev_hash = event.prev_hash
-        children[prev_hash] = children.get(prev_hash, 0) + 1
+
+    # 2. Each event's own integrity: hash over payload, envelope against payload.
+    edited: set[int] = set()
+    for index, event in enumerate(unique):
         payload = event.payload
         if event.defect is not None or not isinstance(payload, dict):
-            message = event.defect or "the payload is not an object"
-            integrity.append(ChainFinding(ChainFindingKind.MALFORMED, request_id, event.seq, message))
+            report(ChainFindingKind.MALFORMED, event.seq, event.defect or "the payload is not an object")
             edited.add(index)
             continue
         raw = event.payload_bytes
         data = raw if raw is not None else canonical_bytes(payload)
-        if chain_hash(prev_hash, data) != link:
-            message = "the stored hash does not match the payload"
-            integrity.append(ChainFinding(ChainFindingKind.EDITED, request_id, event.seq, message))
+        if chain_hash(event.prev_hash, data) != event.hash:
+            report(ChainFindingKind.EDITED, event.seq, "the stored hash does not match the payload")
             edited.add(index)
-            continue
-        get = payload.get
-        if get("kind") != event.kind or get("request_id") != request_id or get("round_id") != event.round_id:
-            message = "the envelope disagrees with the payload"
-            integrity.append(ChainFinding(ChainFindingKind.EDITED, request_id, event.seq, message))
+        elif (
+            payload.get("kind") != event.kind
+            or payload.get("request_id") != event.request_id
+            or payload.get("round_id") != event.round_id
+        ):
+            report(ChainFindingKind.EDITED, event.seq, "the envelope disagrees with the payload")
             edited.add(index)
-    findings.extend(integrity)
 
     # 3. Links. An event no other event links to, other than the tail, is either forged (inserted) or the
     #    predecessor of a dropped event; a forged one forks the chain, hangs from a missing link or extends
     #    past the head.
+    children: dict[str, int] = {}
+    for event in unique:
+        children[event.prev_hash] = children.get(event.prev_hash, 0) + 1
     head_index = position.get(head.hash) if head is not None else None
     tail_hash = head.hash if head is not None else unique[-1].hash
     inserted: set[int] = set()
