@@ -42,7 +42,7 @@ __all__ = [
 
 _OPENED = "request_opened"
 _sha256 = hashlib.sha256
-_ROUND_EVENTS = len(ROUND_EVENT_KINDS)
+_LAST_EVENT = len(ROUND_EVENT_KINDS) - 1
 _TERMINALS = ("correction", "bonus", "stop")
 _REASONS = (None, "stop", "length")
 
@@ -146,47 +146,49 @@ class _Fold:
         if prev_hash != self.prev_hash:
             raise self._error(event, "prev_hash does not link to the previous event (dropped or reordered)")
         payload = event.payload
-        if not isinstance(payload, dict):
+        if type(payload) is not dict and not isinstance(payload, dict):
             raise self._error(event, f"the payload is a {type(payload).__name__}, not an object")
+        link = event.hash
         if self.verify_hashes:
             data = event.payload_bytes
             if data is None:
                 data = canonical_bytes(payload)
-            if _sha256(prev_hash.encode("ascii") + data).hexdigest() != event.hash:  # chain_hash, inlined
+            if _sha256(prev_hash.encode("ascii") + data).hexdigest() != link:  # chain_hash, inlined
                 raise self._error(event, "hash does not match the payload (edited event)")
-        if payload.get("kind") != event.kind or payload.get("request_id") != self.request_id:
+        get = payload.get
+        if get("kind") != event.kind or get("request_id") != self.request_id:
             raise self._error(event, "the envelope disagrees with the payload's kind or request id")
-        if payload.get("schema_version") != EVENT_SCHEMA_VERSION:
+        if get("schema_version") != EVENT_SCHEMA_VERSION:
             try:
                 payload = parse_event(payload).model_dump(mode="json")
             except SpecroundError as exc:
                 raise self._error(event, str(exc)) from exc
         self.expected_seq += 1
-        self.prev_hash = event.hash
+        self.prev_hash = link
         self.events += 1
         return payload
 
     def feed(self, event: StoredEvent) -> None:
         """Take the next stored event of this request (after the checks of :meth:`_accept`)."""
         payload = self._accept(event)
-        kind = event.kind
         pending = self.round
-        expected_kind = ROUND_EVENT_KINDS[len(pending)]
-        if kind != expected_kind:
-            raise self._error(event, f"expected a {expected_kind} event")
+        at = len(pending)
+        if event.kind != ROUND_EVENT_KINDS[at]:
+            raise self._error(event, f"expected a {ROUND_EVENT_KINDS[at]} event")
         state = self.snapshot.state
         if event.generation != state.generation + 1:
             raise self._error(
                 event, f"envelope generation {event.generation}, expected {state.generation + 1}"
             )
-        if not pending:
+        if not at:
             if state.finished:
                 raise self._error(event, "a round after the request finished (INV-2)")
             self.round_id = event.round_id
-        if event.round_id != self.round_id or payload.get("round_id") != self.round_id:
-            raise self._error(event, f"round id {event.round_id!r} inside round {self.round_id!r}")
+        round_id = self.round_id
+        if event.round_id != round_id or payload.get("round_id") != round_id:
+            raise self._error(event, f"round id {event.round_id!r} inside round {round_id!r}")
         pending.append(payload)
-        if len(pending) == _ROUND_EVENTS:
+        if at == _LAST_EVENT:
             try:
                 replayed = self._fold_round(event)
             except LogIntegrityError:
@@ -194,12 +196,14 @@ class _Fold:
             except Exception as exc:  # any value the round's checks cannot even read is a malformed payload
                 raise self._error(event, f"malformed round payload: {exc!r}"[:500]) from exc
             self.round = []
-            if self.observer is not None:
+            if replayed is not None:
+                assert self.observer is not None
                 self.observer(replayed)
 
     # --- per round --------------------------------------------------------------------------------------
 
-    def _fold_round(self, event: StoredEvent) -> ReplayedRound:
+    def _fold_round(self, event: StoredEvent) -> ReplayedRound | None:
+        """Check and fold the pending round; the round for the observer (None without one)."""
         ready, verified, decided, staged, published = self.round
         start = self.snapshot
         s0 = start.state
@@ -312,7 +316,14 @@ class _Fold:
         )
         if published["commit_digest"] != commit_digest:
             raise fail("the commit digest does not match the round's events")
-        replayed = ReplayedRound(
+        self.previous = start
+        self.snapshot = successor
+        self.last_round_id = self.round_id
+        self.last_coordinate = ready["coordinate_digest"]
+        self.rounds += 1
+        if self.observer is None:
+            return None
+        return ReplayedRound(
             config=self.config,
             start=start,
             successor=successor,
@@ -324,12 +335,6 @@ class _Fold:
             staged=staged,
             published=published,
         )
-        self.previous = start
-        self.snapshot = successor
-        self.last_round_id = self.round_id
-        self.last_coordinate = ready["coordinate_digest"]
-        self.rounds += 1
-        return replayed
 
     def finish(self) -> ReplayedRequest:
         """The replayed request; refuses a round that was cut off."""

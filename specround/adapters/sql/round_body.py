@@ -32,6 +32,7 @@ exact key set), and ``RAW`` otherwise, so no input can be stored lossily.
 
 from __future__ import annotations
 
+import struct
 from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -113,6 +114,12 @@ _SCHEMA_VERSION = 1
 SMALL_FIELDS = 30
 """Entries of the small-integer array of a ``COMPACT`` body."""
 _SEQUENCE_TYPES = {list, tuple}
+_SMALL_STRUCTS = tuple(struct.Struct(f"={SMALL_FIELDS}{code}") for code in _INT_CODES)
+"""The small-integer array of each type code, as the reader unpacks it."""
+_ITEM_SIZE = {code: array(code).itemsize for code in (*_INT_CODES, "f", "d")}
+if any(struct.calcsize(f"={code}") != size for code, size in _ITEM_SIZE.items()):  # pragma: no cover
+    raise ImportError("this platform's array item sizes differ from the stored round layout's")
+_unpack_from = struct.unpack_from
 
 
 class _NotCompactError(Exception):
@@ -335,7 +342,7 @@ def decode_round(
             return _decode_compact(body, request_id, round_id, generation, commit_digest, previous_processor)
         if form == RAW:
             return _decode_raw(body)
-    except (IndexError, ValueError, TypeError, KeyError) as exc:
+    except (IndexError, ValueError, TypeError, KeyError, struct.error) as exc:
         raise LogIntegrityError(
             f"request {request_id!r} round {round_id!r}: unreadable stored round ({exc})"
         ) from exc
@@ -373,9 +380,8 @@ def _decode_compact(
     previous_processor: str | None,
 ) -> list[dict[str, Any]]:
     codes = body[1]
-    small_array = array(_INT_CODES[codes & 3])
-    end = 2 + SMALL_FIELDS * small_array.itemsize
-    small_array.frombytes(body[2:end])
+    small = _SMALL_STRUCTS[codes & 3]
+    end = 2 + small.size
     (
         expected_delta,
         before_delta,
@@ -407,27 +413,28 @@ def _decode_compact(
         generation_delta,
         t_flag,
         reference,
-    ) = small_array.tolist()
-    wide_array = array(_INT_CODES[codes >> 2 & 3])
-    start, end = end, end + (3 + n_drafts + n_e + n_c + n_d) * wide_array.itemsize
-    wide_array.frombytes(body[start:end])
+    ) = small.unpack_from(body, 2)
+    # Whole arrays at once (struct reads the encoder's native-order arrays: standard sizes, no padding).
+    wide_code = _INT_CODES[codes >> 2 & 3]
+    count = 3 + n_drafts + n_e + n_c + n_d
+    w = list(_unpack_from(f"={count}{wide_code}", body, end))
+    end += count * _ITEM_SIZE[wide_code]
     n_masses = bin(mask >> _FIRST_MASS).count("1")
     n_drawn = bin(mask & ((1 << _FIRST_MASS) - 1)).count("1")
-    first = array("f" if codes & 16 else "d")
-    start, end = end, end + (n_q + n_p + n_masses) * first.itemsize
-    first.frombytes(body[start:end])
-    second = array("f" if codes & 32 else "d")
-    start, end = end, end + (n_u + n_drawn + 4 * t_flag) * second.itemsize
-    second.frombytes(body[start:end])
+    first_code = "f" if codes & 16 else "d"
+    count = n_q + n_p + n_masses
+    p = list(_unpack_from(f"={count}{first_code}", body, end))
+    end += count * _ITEM_SIZE[first_code]
+    second_code = "f" if codes & 32 else "d"
+    count = n_u + n_drawn + 4 * t_flag
+    f = list(_unpack_from(f"={count}{second_code}", body, end))
+    end += count * _ITEM_SIZE[second_code]
     hexes = body[end:].hex()
     n_digests = 3 + q_flag + p_flag + (0 if reference else 1)
     if len(hexes) != 64 * n_digests or codes > 63:
         raise ValueError("the stored round's digests do not match its flags")
     if reference and previous_processor is None:
         raise ValueError("the round refers to a previous round's processor digest that is not there")
-    w = wide_array.tolist()
-    p = first.tolist()
-    f = second.tolist()
     rng_before = w[0:3]
     at = 3
     drafts = w[at : at + n_drafts]
