@@ -726,20 +726,21 @@ class RoundController:
             )
         round_id = round_id or _derived_round_id(state.generation, offered, draft_ids)
         live.in_flight = True
-        return RoundWork(
-            index=index,
-            request_id=request_id,
-            live=live,
-            start=start,
-            retry=retry,
-            coordinate_digest=offered,
-            round_id=round_id,
-            draft_ids=draft_ids,
-            q_rows=q_rows,
-            proposal_draws=draws,
-            timings=extra.timings,
-            batch_row=batch_row,
-            epoch=live.epoch,
+        return RoundWork(  # positional, in field order (a dataclass built by keyword costs more)
+            index,  # index
+            request_id,  # request_id
+            live,  # live
+            start,  # start
+            retry,  # retry
+            offered,  # coordinate_digest
+            round_id,  # round_id
+            draft_ids,  # draft_ids
+            q_rows,  # q_rows
+            draws,  # proposal_draws
+            extra.timings,  # timings
+            batch_row,  # batch_row
+            False,  # pipelined
+            live.epoch,  # epoch
         )
 
 
