@@ -444,6 +444,7 @@ class RoundController:
                 raise ShapeMismatchError(f"{name} has {len(values)} entries for {n} rows")
         fsm = self._fsm_pool.pop() if self._fsm_pool else self._new_fsm()
         step = Step(self._settings, fsm, n, rows)
+        shape = (rows.vocab_size, rows.width)  # read once for the whole batch
         for b, request_id in enumerate(request_ids):
             round_id = round_ids[b] if round_ids is not None else None
             try:
@@ -455,6 +456,7 @@ class RoundController:
                         coordinate_digests[b] if coordinate_digests is not None else None,
                         proposal_draws[b] if proposal_draws is not None else 0,
                         _BatchRowExtras(round_id, timings[b] if timings is not None else None),
+                        shape,
                     )
                 )
             except SpecroundError as error:
@@ -644,19 +646,24 @@ class RoundController:
         offered: str | None,
         draws: object,
         extras: _BatchRowExtras,
+        shape: tuple[int, int],
     ) -> RoundWork:
-        """Open row ``b`` of a batch step (no tensor is sliced: the round points at its batch row)."""
+        """Open row ``b`` of a batch step (no tensor is sliced: the round points at its batch row).
+
+        ``shape`` is the batch's ``(rows.vocab_size, rows.width)``, read once per step.
+        """
         if offered is None:
             offered = self._current_coordinate_digest(self._entry(request_id))
         live, start, retry = self._bind(request_id, offered)
         vocab = live.config.vocab_size
-        if rows.vocab_size != vocab:
+        rows_vocab, width = shape
+        if rows_vocab != vocab:
             raise ShapeMismatchError(
-                f"the batch's rows have V = {rows.vocab_size}; request {request_id!r} has V = {vocab}"
+                f"the batch's rows have V = {rows_vocab}; request {request_id!r} has V = {vocab}"
             )
         k = rows.lens[b]
-        if not 0 <= k <= rows.width:
-            raise ShapeMismatchError(f"draft_lens[{b}] = {k} is outside [0, {rows.width}]")
+        if not 0 <= k <= width:
+            raise ShapeMismatchError(f"draft_lens[{b}] = {k} is outside [0, {width}]")
         return self._opened(b, live, start, retry, offered, rows.drafts[b], _NO_ROWS, draws, extras, b)
 
     def _bind(self, request_id: str, offered: str) -> tuple[LiveRequest, RequestSnapshot, bool]:
@@ -726,20 +733,21 @@ class RoundController:
             )
         round_id = round_id or _derived_round_id(state.generation, offered, draft_ids)
         live.in_flight = True
-        return RoundWork(
-            index=index,
-            request_id=request_id,
-            live=live,
-            start=start,
-            retry=retry,
-            coordinate_digest=offered,
-            round_id=round_id,
-            draft_ids=draft_ids,
-            q_rows=q_rows,
-            proposal_draws=draws,
-            timings=extra.timings,
-            batch_row=batch_row,
-            epoch=live.epoch,
+        return RoundWork(  # positional, in field order (a dataclass built by keyword costs more)
+            index,  # index
+            request_id,  # request_id
+            live,  # live
+            start,  # start
+            retry,  # retry
+            offered,  # coordinate_digest
+            round_id,  # round_id
+            draft_ids,  # draft_ids
+            q_rows,  # q_rows
+            draws,  # proposal_draws
+            extra.timings,  # timings
+            batch_row,  # batch_row
+            False,  # pipelined
+            live.epoch,  # epoch
         )
 
 
@@ -781,7 +789,5 @@ def _integer(value: object) -> int:
 
 def _derived_round_id(generation: int, coordinate: str, draft_ids: tuple[int, ...]) -> str:
     """``g<published generation>-<16 hex>``: the same coordinate and drafts name the same round."""
-    h = hashlib.sha256(coordinate.encode("ascii"))
-    h.update(b"|")
-    h.update(",".join(map(str, draft_ids)).encode("ascii"))
-    return f"g{generation + 1}-{h.hexdigest()[:16]}"
+    text = f"{coordinate}|{','.join(map(str, draft_ids))}"  # one buffer: the bytes the digest always hashed
+    return f"g{generation + 1}-{hashlib.sha256(text.encode('ascii')).hexdigest()[:16]}"

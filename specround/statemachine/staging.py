@@ -151,11 +151,11 @@ def stage_kv(start: RequestState, draft_ids: Sequence[int], emitted: Sequence[in
             f"emitted tokens {tuple(emitted)} do not start with the accepted drafts {tuple(draft_ids)}: "
             "only accepted drafts own branch rows"
         )
-    return KvStaging(
-        keep=n_emitted,
-        committed_token_ids=(frontier, *accepted),
-        discarded_rows=tuple(range(n_emitted, k + 1)),
-        discarded_token_ids=tuple(draft_ids[n_emitted - 1 :]),
+    return KvStaging(  # positional, in field order: keep, committed, discarded rows, discarded ids
+        n_emitted,
+        (frontier, *accepted),
+        tuple(range(n_emitted, k + 1)),
+        tuple(draft_ids[n_emitted - 1 :]),
     )
 
 
@@ -200,20 +200,20 @@ def stage_successor(
     cache = s0.cache + committed
     state = assemble(
         RequestState,
-        dict(
-            request_id=s0.request_id,
-            output=output,
-            prompt_len=s0.prompt_len,
-            cache=cache,
-            frontier=output[-1],
-            position=len(cache),
-            processors=processors,
-            processors_digest=processors_digest,
-            rng=rng_after,
-            generation=s0.generation + 1,
-            finished=finished,
-            finish_reason=finish_reason,
-        ),
+        {
+            "request_id": s0.request_id,
+            "output": output,
+            "prompt_len": s0.prompt_len,
+            "cache": cache,
+            "frontier": output[-1],
+            "position": len(cache),
+            "processors": processors,
+            "processors_digest": processors_digest,
+            "rng": rng_after,
+            "generation": s0.generation + 1,
+            "finished": finished,
+            "finish_reason": finish_reason,
+        },
     )
     # C_1 == O_1[:-1] (checked above), so O_1's fold is C_1's fold extended by the final token alone.
     cache_fold = fold_tokens(start.cache_fold, committed)

@@ -28,7 +28,7 @@ from specround.errors import (
 )
 from specround.sampling.exact import decide, decide_from_uniforms
 from specround.sampling.layouts import retains_frontier, verify_row_count
-from specround.sampling.types import SamplerBatch, SamplerDecision
+from specround.sampling.types import Layout, SamplerBatch, SamplerDecision
 from specround.sampling.validation import ValidationMode
 from specround.statemachine.batch_rows import BatchRows
 from specround.statemachine.batching import (
@@ -101,6 +101,10 @@ class StepFsm:
         """``before`` callback of ``publish``: the durable group commit (never in ``on_enter``)."""
         assert self.step is not None
         self.step._write_publication()
+
+
+def _no_work(rnd: RoundWork) -> None:
+    """Per-round work of a phase that has none (its rounds only change phase)."""
 
 
 def _proposal_of(rnd: RoundWork) -> CheckedProposal:
@@ -197,13 +201,13 @@ class Step:
             decided, kv, successor = rnd.decided, rnd.kv, rnd.successor
             if decided is None or kv is None or successor is None:
                 continue
-            out[rnd.index] = RowDecision(
-                emitted_ids=decided.emitted_ids,
-                accepted=decided.accepted,
-                terminal=decided.terminal,
-                finished=decided.finished,
-                keep=kv.keep,
-                new_frontier=successor.state.frontier,
+            out[rnd.index] = RowDecision(  # positional, in field order (cheaper than by keyword)
+                decided.emitted_ids,  # emitted_ids
+                decided.accepted,  # accepted
+                decided.terminal,  # terminal
+                decided.finished,  # finished
+                kv.keep,  # keep
+                successor.state.frontier,  # new_frontier
             )
         return out
 
@@ -257,11 +261,14 @@ class Step:
         if self._rows is None:
             raise IllegalTransitionError("verify_batch needs a step opened by step_batch; use verify")
 
+        faulted = self._settings.faults is not None
+
         def attach(rnd: RoundWork) -> None:
             b = rnd.batch_row
             rnd.branch = branches[b] if branches is not None else None
             rnd.verify_rows = _verify_row_count(rnd, verify_rows[b] if verify_rows is not None else None)
-            self._settings.fault(FaultPoint.AFTER_VERIFICATION, rnd)
+            if faulted:
+                self._settings.fault(FaultPoint.AFTER_VERIFICATION, rnd)
 
         self._advance_live_rounds(Trigger.VERIFY, attach)
 
@@ -280,7 +287,9 @@ class Step:
                 groups.setdefault(key, []).append(rnd)
             for group in groups.values():
                 self._decide_group(group, build_batch)
-        self._advance_live_rounds(Trigger.DECIDE, partial(self._settings.fault, FaultPoint.AFTER_DECISION))
+        faulted = self._settings.faults is not None
+        work = partial(self._settings.fault, FaultPoint.AFTER_DECISION) if faulted else _no_work
+        self._advance_live_rounds(Trigger.DECIDE, work)
 
     def stage(self) -> None:
         """Stage every live round's successor off to the side and validate it (-> ``STAGED``); F-3, F-4."""
@@ -344,11 +353,12 @@ class Step:
 
     def _before_publication(self) -> bool:
         """F-5 for every live round; False (after the ABORT trigger) when none is left."""
-        for rnd in self._live_rounds():
-            try:
-                self._settings.fault(FaultPoint.BEFORE_PUBLICATION, rnd)
-            except SpecroundError as error:
-                self._abort_round(rnd, error)
+        if self._settings.faults is not None:
+            for rnd in self._live_rounds():
+                try:
+                    self._settings.fault(FaultPoint.BEFORE_PUBLICATION, rnd)
+                except SpecroundError as error:
+                    self._abort_round(rnd, error)
         if not self._live_rounds():
             self._fire(Trigger.ABORT)
             return False
@@ -422,13 +432,19 @@ class Step:
 
         A round whose ``work`` raises a :class:`~specround.errors.SpecroundError` is aborted alone.
         """
+        seen: RoundPhase | None = None  # the live rounds move in step: one table look-up per phase met
+        after = RoundPhase.ABORTED
         for rnd in self._live_rounds():
-            try:
-                work(rnd)
-            except SpecroundError as error:
-                self._abort_round(rnd, error)
-                continue
-            rnd.phase = next_phase(rnd.phase, trigger)
+            if work is not _no_work:
+                try:
+                    work(rnd)
+                except SpecroundError as error:
+                    self._abort_round(rnd, error)
+                    continue
+            phase = rnd.phase
+            if phase is not seen:
+                after, seen = next_phase(phase, trigger), phase
+            rnd.phase = after
         self._fire(trigger)
 
     def _live_rounds(self) -> list[RoundWork]:
@@ -555,28 +571,30 @@ class Step:
         s0 = start.state
         emitted = decided.emitted_ids
         settings = self._settings
+        faulted = settings.faults is not None
         # K/V rows: commit [F_0] + accepted drafts before the final token, discard the rest (INV-5).
         kv = stage_kv(s0, rnd.draft_ids, emitted)
         rnd.kv = kv
-        settings.fault(FaultPoint.AFTER_KV_STAGING, rnd)
+        if faulted:
+            settings.fault(FaultPoint.AFTER_KV_STAGING, rnd)
         # Output, processors (INV-4), RNG counters (INV-3), generation; validated by token identity (INV-1).
         before = s0.rng
-        rng_after_tuple = (
-            before.proposal + rnd.proposal_draws,
-            before.accept + decided.accept_draws,
-            before.terminal + decided.terminal_draws,
-        )
-        rng_after = assemble(
-            RngCounters,
-            {"proposal": rng_after_tuple[0], "accept": rng_after_tuple[1], "terminal": rng_after_tuple[2]},
-        )
-        finished, finish_reason = decided.finished, decided.finish_reason
+        proposal = before.proposal + rnd.proposal_draws
+        accept = before.accept + decided.accept_draws
+        terminal = before.terminal + decided.terminal_draws
+        rng_after = assemble(RngCounters, {"proposal": proposal, "accept": accept, "terminal": terminal})
         successor = stage_successor(
-            start, emitted, kv.committed_token_ids, rng_after, finished=finished, finish_reason=finish_reason
+            start,
+            emitted,
+            kv.committed_token_ids,
+            rng_after,
+            finished=decided.finished,
+            finish_reason=decided.finish_reason,
         )
         rnd.successor = successor
-        settings.fault(FaultPoint.AFTER_OUTPUT_STAGING, rnd)
-        rnd.rng_after = rng_after_tuple
+        if faulted:
+            settings.fault(FaultPoint.AFTER_OUTPUT_STAGING, rnd)
+        rnd.rng_after = (proposal, accept, terminal)
         if settings.row_digests:  # read now: the engine may reuse the tensors once the step returns
             q_rows, p_rows = self._round_rows(rnd)
             rnd.row_digests = (rows_digest(q_rows), rows_digest(p_rows))
@@ -620,7 +638,10 @@ class Step:
             return
         successor = rnd.successor
         assert successor is not None
-        rnd.phase = next_phase(rnd.phase, Trigger.PUBLISH)
+        phase = rnd.phase
+        rnd.phase = (
+            _PUBLISHED_FROM_STAGED if phase is RoundPhase.STAGED else next_phase(phase, Trigger.PUBLISH)
+        )
         live.in_flight = False
         if rnd.pipelined:  # durable now: the request's durable snapshot catches up with it
             _settled_pipelined(rnd)
@@ -634,7 +655,8 @@ class Step:
             live.current = successor
             live.coordinate_digest = None
         try:
-            self._settings.fault(FaultPoint.AFTER_PUBLICATION, rnd)
+            if self._settings.faults is not None:
+                self._settings.fault(FaultPoint.AFTER_PUBLICATION, rnd)
         except InjectedFaultError as error:
             rnd.error = error
             rnd.result = RoundResult(
@@ -656,40 +678,58 @@ class Step:
         assert decided is not None and kv is not None and successor is not None
         state = successor.state
         layout = rnd.live.config.layout
-        return RoundResult(
-            request_id=rnd.request_id,
-            round_id=rnd.round_id,
-            status=status,
-            phase=RoundPhase.PUBLISHED,
-            generation=state.generation,
-            state=state,
-            emitted_ids=decided.emitted_ids,
-            accepted=decided.accepted,
-            terminal=decided.terminal,
-            finished=decided.finished,
-            finish_reason=decided.finish_reason,
-            kv=KvInstruction(
-                layout=layout,
-                branch=rnd.branch,
-                keep=kv.keep,
-                committed_token_ids=kv.committed_token_ids,
-                discarded_rows=kv.discarded_rows,
-                discarded_token_ids=kv.discarded_token_ids,
-                new_frontier=state.frontier,
-                new_frontier_position=state.position,
-                materialize_frontier=retains_frontier(layout) and not state.finished,
-            ),
-            commit=rnd.commit,
+        # Positional (in field order): a dataclass built by keyword costs about three times as much.
+        instruction = KvInstruction(
+            layout,  # layout
+            rnd.branch,  # branch
+            kv.keep,  # keep
+            kv.committed_token_ids,  # committed_token_ids
+            kv.discarded_rows,  # discarded_rows
+            kv.discarded_token_ids,  # discarded_token_ids
+            state.frontier,  # new_frontier
+            state.position,  # new_frontier_position
+            _retains_frontier(layout) and not state.finished,  # materialize_frontier
         )
+        return RoundResult(
+            rnd.request_id,  # request_id
+            rnd.round_id,  # round_id
+            status,  # status
+            RoundPhase.PUBLISHED,  # phase
+            state.generation,  # generation
+            state,  # state
+            decided.emitted_ids,  # emitted_ids
+            decided.accepted,  # accepted
+            decided.terminal,  # terminal
+            decided.finished,  # finished
+            decided.finish_reason,  # finish_reason
+            instruction,  # kv
+            rnd.commit,  # commit
+        )
+
+
+_PUBLISHED_FROM_STAGED = next_phase(RoundPhase.STAGED, Trigger.PUBLISH)
+"""Where ``publish`` leads a staged round (read from the lifecycle table once)."""
+
+
+def _retains_frontier(layout: Layout) -> bool:
+    """:func:`retains_frontier` with the common case (a :class:`Layout` member) answered by identity."""
+    if type(layout) is Layout:
+        return layout is not Layout.REPLAY_FRONTIER
+    return retains_frontier(layout)
 
 
 def _verify_row_count(rnd: RoundWork, given: int | None) -> int:
     """Target input rows of a verification: ``given``, or k+1 (replay_frontier) / k (retained_frontier)."""
-    k = len(rnd.draft_ids)
-    rows = given if given is not None else verify_row_count(rnd.live.config.layout, k)
-    if isinstance(rows, bool) or not isinstance(rows, int) or not 0 <= rows < 2**63:
-        raise InvalidRequestError(f"verify_rows must be an integer in [0, 2**63), got {rows!r}")
-    return rows
+    if given is None:  # the layout's own count: k + 1 or k, an int well inside [0, 2**63)
+        k = len(rnd.draft_ids)
+        return (
+            k + 1
+            if rnd.live.config.layout is Layout.REPLAY_FRONTIER
+            else verify_row_count(rnd.live.config.layout, k)
+        )
+    if isinstance(given, bool) or not isinstance(given, int) or not 0 <= given < 2**63:
+        raise InvalidRequestError(f"verify_rows must be an integer in [0, 2**63), got {given!r}")
+    return given
 
 
 def _settled_pipelined(rnd: RoundWork) -> None:
