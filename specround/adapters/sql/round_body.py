@@ -31,7 +31,7 @@ Layout (little-endian). Byte 0 is the form:
     stored); ``committed_kv_ids`` end with the accepted drafts and ``discarded_kv_ids`` are the other
     drafts (16, only the committed tokens before the drafts are stored); bits 5 and 6: the two float arrays
     are float32. Then a ``uint32`` bitmap of the small fields that differ from their prediction
-    (:data:`_PREDICTIONS`: e.g. ``verify_rows`` = drafts + 1, the uniforms = ``accept_draws``; 0 for the
+    (``_shift``: e.g. ``verify_rows`` = drafts + 1, the uniforms = ``accept_draws``; 0 for the
     others) and those differences, then the wide integers, all as zigzag LEB128 varints, then the two float
     arrays and the digests as in ``COMPACT`` (less the ones the flags leave out). A value that does not
     follow a pattern is stored as it is, so every round has a ``COMPACT2`` body whenever it has a
@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specround.errors import LogIntegrityError
@@ -368,6 +368,9 @@ def _varints(values: Sequence[int]) -> bytes:
 
 def _read_varints(body: bytes, at: int, count: int) -> tuple[list[int], int]:
     """``count`` zigzag varints from ``body[at:]`` and the offset after them."""
+    chunk = body[at : at + count]
+    if len(chunk) == count and (not chunk or max(chunk) < 0x80):  # every value one byte (the usual case)
+        return list(map(_UNZIGZAG.__getitem__, chunk)), at + count
     out = []
     for _ in range(count):
         byte = body[at]
@@ -385,28 +388,35 @@ def _read_varints(body: bytes, at: int, count: int) -> tuple[list[int], int]:
     return out, at
 
 
-def _predicted(small: Sequence[int], index: int) -> int:
-    """What a ``COMPACT2`` body predicts for small field ``index`` from the fields before it."""
-    rule = _PREDICTIONS.get(index)
-    return 0 if rule is None else rule(small)
+_UNZIGZAG = tuple(b >> 1 if not b & 1 else -(b >> 1) - 1 for b in range(0x80))
+"""The value of each one-byte zigzag varint."""
 
 
-_PREDICTIONS: dict[int, Callable[[Sequence[int]], int]] = {
-    4: lambda s: s[3],  # len(q_draft) = len(draft_ids)
-    6: lambda s: s[3] + 1,  # verify_rows = drafts + 1
-    7: lambda s: s[3],  # len(p_draft)
-    12: lambda s: s[9] + (1 if s[10] == 0 else 0),  # accept_draws: the accepted, and the rejected one
-    15: lambda s: s[9] + 1,  # terminal_row + 1 = accepted + 1
-    19: lambda s: (1 << len(_OPTIONAL_FLOATS)) - 1,  # every optional float present
-    20: lambda s: s[12],  # len(accept_uniforms) = accept_draws
-    21: lambda s: s[9] + (0 if s[10] == 2 else 1),  # emitted: the accepted and the terminal token
-    22: lambda s: s[9] + 1,  # committed: the previous token and the accepted drafts
-    23: lambda s: s[3] - s[9],  # discarded: the drafts not accepted
-    25: lambda s: s[12],  # accept counter moved by the draws
-    26: lambda s: s[14],  # terminal counter moved by the draws
-}
-"""The small fields a ``COMPACT2`` body stores as differences from a prediction (the rest against 0)."""
+def _shift(source: Sequence[int], target: list[int], sign: int) -> list[int]:
+    """Subtract (``sign`` -1, writing) or add (+1, reading) each small field's ``COMPACT2`` prediction.
 
+    The predictions (0 for the fields not named here) are read from ``source``; each reads only fields
+    before it, in field order, so a reader passes the same list as ``source`` and ``target`` and every
+    prediction sees the fields it reads restored already. Returns ``target``.
+    """
+    drafts, accepted, terminal = source[3], source[9], source[10]  # fields without a prediction
+    target[4] += sign * drafts  # len(q_draft) = len(draft_ids)
+    target[6] += sign * (drafts + 1)  # verify_rows: the drafts and the bonus row
+    target[7] += sign * drafts  # len(p_draft)
+    target[12] += sign * (accepted + (terminal == 0))  # accept_draws: the accepted and a rejected draft
+    target[15] += sign * (accepted + 1)  # terminal_row + 1 = accepted + 1
+    target[19] += sign * _ALL_OPTIONAL  # every optional float present
+    draws = source[12]  # restored above when reading
+    target[20] += sign * draws  # len(accept_uniforms) = accept_draws
+    target[21] += sign * (accepted + (terminal != 2))  # emitted: the accepted and the terminal token
+    target[22] += sign * (accepted + 1)  # committed: the previous token and the accepted drafts
+    target[23] += sign * (drafts - accepted)  # discarded: the drafts not accepted
+    target[25] += sign * draws  # the accept counter moved by the draws
+    target[26] += sign * source[14]  # the terminal counter moved by the draws
+    return target
+
+
+_ALL_OPTIONAL = (1 << len(_OPTIONAL_FLOATS)) - 1
 _AFTER_SAME = 1
 _TP_SAME = 2
 _TQ_ZERO = 4
@@ -433,8 +443,7 @@ def _pack_compact2(
     flags = 0
     bitmap = 0
     residuals = []
-    for index, value in enumerate(small):
-        residual = value - _predicted(small, index)
+    for index, residual in enumerate(_shift(small, list(small), -1)):
         if residual:
             bitmap |= 1 << index
             residuals.append(residual)
@@ -461,7 +470,7 @@ def _pack_compact2(
         probabilities.pop()
     if mask >> 4 & 1 and mask >> 3 & 1:
         at = len(probabilities) - 1 - (0 if flags & _TQ_ZERO else mask >> 5 & 1)
-        token_mass = others[small[20] + bin(mask & 7).count("1")]
+        token_mass = others[small[20] + (mask & 7).bit_count()]
         if _F64.pack(probabilities[at]) == _F64.pack(token_mass):
             flags |= _TP_SAME
             del probabilities[at]
@@ -594,18 +603,17 @@ def _decode_compact2(
     bitmap = int.from_bytes(body[2:6], "little")
     if flags >> 7 or bitmap >> SMALL_FIELDS:
         raise ValueError("the stored round's flags are out of range")
-    residuals, end = _read_varints(body, 6, bin(bitmap).count("1"))
-    fields: list[int] = []
-    at = 0
-    for index in range(SMALL_FIELDS):
-        value = _predicted(fields, index)
-        if bitmap >> index & 1:
-            value += residuals[at]
-            at += 1
-        fields.append(value)
+    residuals, end = _read_varints(body, 6, bitmap.bit_count())
+    fields = [0] * SMALL_FIELDS
+    rest = bitmap
+    for residual in residuals:
+        low = rest & -rest
+        fields[low.bit_length() - 1] = residual
+        rest ^= low
+    _shift(fields, fields, 1)
     n_drafts, n_q, n_p, accepted = fields[3], fields[4], fields[7], fields[9]
     mask, n_u, n_e, n_c, n_d, t_flag = fields[19], fields[20], fields[21], fields[22], fields[23], fields[28]
-    if min(fields[3:5] + fields[6:8] + fields[20:24]) < 0:
+    if min(n_drafts, n_q, n_p, n_u, n_e, n_c, n_d) < 0:
         raise ValueError("the stored round has a negative count")
     emitted_derived, kv_derived = flags & _EMITTED_DERIVED, flags & _KV_DERIVED
     count = (
@@ -634,7 +642,7 @@ def _decode_compact2(
     else:
         tokens = stored[at : at + n_c + n_d]
     w = stored[: 3 + n_drafts] + emitted + tokens
-    n_masses = bin(mask >> _FIRST_MASS).count("1")
+    n_masses = (mask >> _FIRST_MASS).bit_count()
     tq_zero = bool(flags & _TQ_ZERO)
     tp_same = bool(flags & _TP_SAME)
     if (tq_zero and not mask >> 5 & 1) or (tp_same and mask >> 3 & 3 != 3):
@@ -644,11 +652,11 @@ def _decode_compact2(
     p = list(_unpack_from(f"={count}{first_code}", body, end))
     end += count * _ITEM_SIZE[first_code]
     second_code = "d" if not flags & _SECOND_NARROW else "f"
-    count = n_u + bin(mask & ((1 << _FIRST_MASS) - 1)).count("1") + 4 * t_flag
+    count = n_u + (mask & ((1 << _FIRST_MASS) - 1)).bit_count() + 4 * t_flag
     f = list(_unpack_from(f"={count}{second_code}", body, end))
     end += count * _ITEM_SIZE[second_code]
     if tp_same:
-        p.insert(n_q + n_p, f[n_u + bin(mask & 7).count("1")])
+        p.insert(n_q + n_p, f[n_u + (mask & 7).bit_count()])
     if tq_zero:
         p.append(0.0)
     hexes = body[end:].hex()
