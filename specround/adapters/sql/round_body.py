@@ -24,8 +24,20 @@ Layout (little-endian). Byte 0 is the form:
 ``RAW`` (2)
     the five canonical JSON texts, each preceded by its ``uint32`` length (for events whose shape the
     compact form does not cover, e.g. an older schema version or a value outside its types).
+``COMPACT2`` (3, what the log writes)
+    the values of ``COMPACT``, with what follows from the rest of the round left out. Byte 1 holds flags:
+    ``processor_after`` equals ``processor_before`` (1); ``terminal_p`` is ``terminal_token_mass`` (2);
+    ``terminal_q`` is ``+0.0`` (4); ``emitted_ids`` start with the accepted drafts (8, only the rest is
+    stored); ``committed_kv_ids`` end with the accepted drafts and ``discarded_kv_ids`` are the other
+    drafts (16, only the committed tokens before the drafts are stored); bits 5 and 6: the two float arrays
+    are float32. Then a ``uint32`` bitmap of the small fields that differ from their prediction
+    (``_shift``: e.g. ``verify_rows`` = drafts + 1, the uniforms = ``accept_draws``; 0 for the
+    others) and those differences, then the wide integers, all as zigzag LEB128 varints, then the two float
+    arrays and the digests as in ``COMPACT`` (less the ones the flags leave out). A value that does not
+    follow a pattern is stored as it is, so every round has a ``COMPACT2`` body whenever it has a
+    ``COMPACT`` one.
 
-:func:`encode_round` chooses ``COMPACT`` only when every value has exactly the type the compact form
+:func:`encode_round` chooses a compact form only when every value has exactly the type the compact form
 restores (``int`` not ``bool``, ``float`` not ``int``, lowercase 64-hex digests, known enum values, the
 exact key set), and ``RAW`` otherwise, so no input can be stored lossily.
 """
@@ -39,10 +51,21 @@ from typing import Any
 
 from specround.errors import LogIntegrityError
 
-__all__ = ["COMPACT", "RAW", "SMALL_FIELDS", "decode_round", "encode_raw", "encode_round", "raw_payloads"]
+__all__ = [
+    "COMPACT",
+    "COMPACT2",
+    "RAW",
+    "SMALL_FIELDS",
+    "decode_round",
+    "encode_raw",
+    "encode_round",
+    "raw_payloads",
+]
 
 COMPACT = 1
 RAW = 2
+COMPACT2 = 3
+_INT64 = 1 << 63
 
 _INT_CODES = ("B", "H", "I", "q")
 _INT_LIMITS = (0xFF, 0xFFFF, 0xFFFF_FFFF)
@@ -143,15 +166,21 @@ def encode_round(
     commit_digest: str,
     payloads: Sequence[bytes],
     previous_processor: str | None = None,
+    form: int = COMPACT2,
 ) -> bytes:
     """The body of a round from its five events' values (record fields or decoded JSON objects).
 
     ``payloads`` are the events' canonical bytes, stored as they are when the values do not fit the
     compact form exactly. ``generation`` and ``commit_digest`` are the row's columns; ``previous_processor``
     is the previous round's ``processor_after`` when the reader will have it (None: store it in full).
+    ``form`` is the compact form to write: ``COMPACT2`` (what the log writes) or the older ``COMPACT``.
     """
+    if form not in (COMPACT, COMPACT2):
+        raise ValueError(f"no compact stored round form {form}")
     try:
-        return _encode_compact(events, request_id, round_id, generation, commit_digest, previous_processor)
+        return _encode_compact(
+            events, request_id, round_id, generation, commit_digest, previous_processor, form
+        )
     except _NotCompactError:
         return encode_raw(payloads)
 
@@ -192,6 +221,7 @@ def _encode_compact(
     generation: int,
     commit_digest: str,
     previous_processor: str | None,
+    form: int = COMPACT,
 ) -> bytes:
     if len(events) != len(_KINDS):
         raise _NotCompactError
@@ -299,6 +329,17 @@ def _encode_compact(
         raise _NotCompactError from exc
     if digest_bytes.hex() != joined:  # uppercase hex would come back lowercase
         raise _NotCompactError
+    if form == COMPACT2:
+        return _pack_compact2(
+            small,
+            (rng_before, drafts, emitted, committed, discarded),
+            decided["accepted"],
+            probabilities,
+            others,
+            mask,
+            digest_bytes,
+            staged["processor_after"] == before,
+        )
     small_code, wide_code = _code(small), _code(wide)
     try:
         small_array = array(_INT_CODES[small_code], small)
@@ -309,6 +350,147 @@ def _encode_compact(
     second, second_narrow = _floats(others)
     header = bytes((COMPACT, small_code | wide_code << 2 | first_narrow << 4 | second_narrow << 5))
     return b"".join((header, small_array.tobytes(), wide_array.tobytes(), first, second, digest_bytes))
+
+
+def _varints(values: Sequence[int]) -> bytes:
+    """Zigzag LEB128 varints of ints in the int64 range (one byte each below 64)."""
+    out = bytearray()
+    for value in values:
+        if not -_INT64 <= value < _INT64:
+            raise _NotCompactError
+        zz = value << 1 if value >= 0 else (-value << 1) - 1
+        while zz > 0x7F:
+            out.append(zz & 0x7F | 0x80)
+            zz >>= 7
+        out.append(zz)
+    return bytes(out)
+
+
+def _read_varints(body: bytes, at: int, count: int) -> tuple[list[int], int]:
+    """``count`` zigzag varints from ``body[at:]`` and the offset after them."""
+    chunk = body[at : at + count]
+    if len(chunk) == count and (not chunk or max(chunk) < 0x80):  # every value one byte (the usual case)
+        return list(map(_UNZIGZAG.__getitem__, chunk)), at + count
+    out = []
+    for _ in range(count):
+        byte = body[at]
+        at += 1
+        zz = byte & 0x7F
+        shift = 7
+        while byte & 0x80:
+            byte = body[at]
+            at += 1
+            zz |= (byte & 0x7F) << shift
+            shift += 7
+            if shift > 70:
+                raise ValueError("a stored integer is too long")
+        out.append(zz >> 1 if not zz & 1 else -(zz >> 1) - 1)
+    return out, at
+
+
+_UNZIGZAG = tuple(b >> 1 if not b & 1 else -(b >> 1) - 1 for b in range(0x80))
+"""The value of each one-byte zigzag varint."""
+
+
+def _shift(source: Sequence[int], target: list[int], sign: int) -> list[int]:
+    """Subtract (``sign`` -1, writing) or add (+1, reading) each small field's ``COMPACT2`` prediction.
+
+    The predictions (0 for the fields not named here) are read from ``source``; each reads only fields
+    before it, in field order, so a reader passes the same list as ``source`` and ``target`` and every
+    prediction sees the fields it reads restored already. Returns ``target``.
+    """
+    drafts, accepted, terminal = source[3], source[9], source[10]  # fields without a prediction
+    target[4] += sign * drafts  # len(q_draft) = len(draft_ids)
+    target[6] += sign * (drafts + 1)  # verify_rows: the drafts and the bonus row
+    target[7] += sign * drafts  # len(p_draft)
+    target[12] += sign * (accepted + (terminal == 0))  # accept_draws: the accepted and a rejected draft
+    target[15] += sign * (accepted + 1)  # terminal_row + 1 = accepted + 1
+    target[19] += sign * _ALL_OPTIONAL  # every optional float present
+    draws = source[12]  # restored above when reading
+    target[20] += sign * draws  # len(accept_uniforms) = accept_draws
+    target[21] += sign * (accepted + (terminal != 2))  # emitted: the accepted and the terminal token
+    target[22] += sign * (accepted + 1)  # committed: the previous token and the accepted drafts
+    target[23] += sign * (drafts - accepted)  # discarded: the drafts not accepted
+    target[25] += sign * draws  # the accept counter moved by the draws
+    target[26] += sign * source[14]  # the terminal counter moved by the draws
+    return target
+
+
+_ALL_OPTIONAL = (1 << len(_OPTIONAL_FLOATS)) - 1
+_AFTER_SAME = 1
+_TP_SAME = 2
+_TQ_ZERO = 4
+_EMITTED_DERIVED = 8
+_KV_DERIVED = 16
+_FIRST_NARROW = 32
+_SECOND_NARROW = 64
+_F64 = struct.Struct("=d")
+_ZERO = _F64.pack(0.0)
+
+
+def _pack_compact2(
+    small: list[int],
+    lists: tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int], Sequence[int]],
+    accepted: int,
+    probabilities: list[Any],
+    others: list[Any],
+    mask: int,
+    digest_bytes: bytes,
+    after_same: bool,
+) -> bytes:
+    """The ``COMPACT2`` body of a round from the parts :func:`_encode_compact` gathered."""
+    rng_before, drafts, emitted, committed, discarded = lists
+    flags = 0
+    bitmap = 0
+    residuals = []
+    for index, residual in enumerate(_shift(small, list(small), -1)):
+        if residual:
+            bitmap |= 1 << index
+            residuals.append(residual)
+    wide = [*rng_before, *drafts]
+    head = len(committed) - accepted
+    if 0 <= accepted <= len(drafts) and list(emitted[:accepted]) == list(drafts[:accepted]):
+        flags |= _EMITTED_DERIVED
+        wide += emitted[accepted:]
+    else:
+        wide += emitted
+    if (
+        0 <= accepted <= len(drafts)
+        and head >= 0
+        and list(committed[head:]) == list(drafts[:accepted])
+        and list(discarded) == list(drafts[accepted:])
+    ):
+        flags |= _KV_DERIVED
+        wide += committed[:head]
+    else:
+        wide += [*committed, *discarded]
+    probabilities = list(probabilities)
+    if mask >> 5 & 1 and _F64.pack(probabilities[-1]) == _ZERO:
+        flags |= _TQ_ZERO
+        probabilities.pop()
+    if mask >> 4 & 1 and mask >> 3 & 1:
+        at = len(probabilities) - 1 - (0 if flags & _TQ_ZERO else mask >> 5 & 1)
+        token_mass = others[small[20] + (mask & 7).bit_count()]
+        if _F64.pack(probabilities[at]) == _F64.pack(token_mass):
+            flags |= _TP_SAME
+            del probabilities[at]
+    if after_same:
+        flags |= _AFTER_SAME
+        digest_bytes = digest_bytes[:-64] + digest_bytes[-32:]
+    first, first_narrow = _floats(probabilities)
+    second, second_narrow = _floats(others)
+    flags |= _FIRST_NARROW * first_narrow | _SECOND_NARROW * second_narrow
+    return b"".join(
+        (
+            bytes((COMPACT2, flags)),
+            bitmap.to_bytes(4, "little"),
+            _varints(residuals),
+            _varints(wide),
+            first,
+            second,
+            digest_bytes,
+        )
+    )
 
 
 def _floats(values: list[float]) -> tuple[bytes, int]:
@@ -338,6 +520,8 @@ def decode_round(
     """
     try:
         form = body[0]
+        if form == COMPACT2:
+            return _decode_compact2(body, request_id, round_id, generation, commit_digest, previous_processor)
         if form == COMPACT:
             return _decode_compact(body, request_id, round_id, generation, commit_digest, previous_processor)
         if form == RAW:
@@ -382,6 +566,125 @@ def _decode_compact(
     codes = body[1]
     small = _SMALL_STRUCTS[codes & 3]
     end = 2 + small.size
+    fields = small.unpack_from(body, 2)
+    n_drafts, n_q, n_p, mask, t_flag = fields[3], fields[4], fields[7], fields[19], fields[28]
+    n_u, n_e, n_c, n_d = fields[20:24]
+    # Whole arrays at once (struct reads the encoder's native-order arrays: standard sizes, no padding).
+    wide_code = _INT_CODES[codes >> 2 & 3]
+    count = 3 + n_drafts + n_e + n_c + n_d
+    w = list(_unpack_from(f"={count}{wide_code}", body, end))
+    end += count * _ITEM_SIZE[wide_code]
+    n_masses = bin(mask >> _FIRST_MASS).count("1")
+    n_drawn = bin(mask & ((1 << _FIRST_MASS) - 1)).count("1")
+    first_code = "f" if codes & 16 else "d"
+    count = n_q + n_p + n_masses
+    p = list(_unpack_from(f"={count}{first_code}", body, end))
+    end += count * _ITEM_SIZE[first_code]
+    second_code = "f" if codes & 32 else "d"
+    count = n_u + n_drawn + 4 * t_flag
+    f = list(_unpack_from(f"={count}{second_code}", body, end))
+    end += count * _ITEM_SIZE[second_code]
+    if codes > 63:
+        raise ValueError("the stored round's type codes are out of range")
+    return _events(
+        fields, w, p, f, body[end:].hex(), request_id, round_id, generation, commit_digest, previous_processor
+    )
+
+
+def _decode_compact2(
+    body: bytes,
+    request_id: str,
+    round_id: str,
+    generation: int,
+    commit_digest: str,
+    previous_processor: str | None,
+) -> list[dict[str, Any]]:
+    flags = body[1]
+    bitmap = int.from_bytes(body[2:6], "little")
+    if flags >> 7 or bitmap >> SMALL_FIELDS:
+        raise ValueError("the stored round's flags are out of range")
+    residuals, end = _read_varints(body, 6, bitmap.bit_count())
+    fields = [0] * SMALL_FIELDS
+    rest = bitmap
+    for residual in residuals:
+        low = rest & -rest
+        fields[low.bit_length() - 1] = residual
+        rest ^= low
+    _shift(fields, fields, 1)
+    n_drafts, n_q, n_p, accepted = fields[3], fields[4], fields[7], fields[9]
+    mask, n_u, n_e, n_c, n_d, t_flag = fields[19], fields[20], fields[21], fields[22], fields[23], fields[28]
+    if min(n_drafts, n_q, n_p, n_u, n_e, n_c, n_d) < 0:
+        raise ValueError("the stored round has a negative count")
+    emitted_derived, kv_derived = flags & _EMITTED_DERIVED, flags & _KV_DERIVED
+    count = (
+        3
+        + n_drafts
+        + (n_e - accepted if emitted_derived else n_e)
+        + (n_c - accepted if kv_derived else n_c + n_d)
+    )
+    if (emitted_derived or kv_derived) and not 0 <= accepted <= min(
+        n_drafts, n_e if emitted_derived else n_c
+    ):
+        raise ValueError("the stored round's derived token lists do not fit its counts")
+    stored, end = _read_varints(body, end, count)
+    drafts = stored[3 : 3 + n_drafts]
+    at = 3 + n_drafts
+    if emitted_derived:
+        emitted = drafts[:accepted] + stored[at : at + n_e - accepted]
+        at += n_e - accepted
+    else:
+        emitted = stored[at : at + n_e]
+        at += n_e
+    if kv_derived:
+        if n_d != n_drafts - accepted:
+            raise ValueError("the stored round's derived token lists do not fit its counts")
+        tokens = stored[at : at + n_c - accepted] + drafts[:accepted] + drafts[accepted:]
+    else:
+        tokens = stored[at : at + n_c + n_d]
+    w = stored[: 3 + n_drafts] + emitted + tokens
+    n_masses = (mask >> _FIRST_MASS).bit_count()
+    tq_zero = bool(flags & _TQ_ZERO)
+    tp_same = bool(flags & _TP_SAME)
+    if (tq_zero and not mask >> 5 & 1) or (tp_same and mask >> 3 & 3 != 3):
+        raise ValueError("the stored round's float flags do not match its optional floats")
+    first_code = "d" if not flags & _FIRST_NARROW else "f"
+    count = n_q + n_p + n_masses - (1 if tq_zero else 0) - (1 if tp_same else 0)
+    p = list(_unpack_from(f"={count}{first_code}", body, end))
+    end += count * _ITEM_SIZE[first_code]
+    second_code = "d" if not flags & _SECOND_NARROW else "f"
+    count = n_u + (mask & ((1 << _FIRST_MASS) - 1)).bit_count() + 4 * t_flag
+    f = list(_unpack_from(f"={count}{second_code}", body, end))
+    end += count * _ITEM_SIZE[second_code]
+    if tp_same:
+        p.insert(n_q + n_p, f[n_u + (mask & 7).bit_count()])
+    if tq_zero:
+        p.append(0.0)
+    hexes = body[end:].hex()
+    if flags & _AFTER_SAME:
+        if len(hexes) < (64 if fields[29] else 128):
+            raise ValueError("the stored round's digests do not match its flags")
+        before = previous_processor if fields[29] else hexes[-128:-64]
+        if before is None:
+            raise ValueError("the round refers to a previous round's processor digest that is not there")
+        hexes = hexes[:-64] + before + hexes[-64:]  # processor_after, before successor_digest
+    return _events(
+        tuple(fields), w, p, f, hexes, request_id, round_id, generation, commit_digest, previous_processor
+    )
+
+
+def _events(
+    fields: Sequence[int],
+    w: list[int],
+    p: list[float],
+    f: list[float],
+    hexes: str,
+    request_id: str,
+    round_id: str,
+    generation: int,
+    commit_digest: str,
+    previous_processor: str | None,
+) -> list[dict[str, Any]]:
+    """The five events from a compact body's small fields, integers, floats and digests (hex)."""
     (
         expected_delta,
         before_delta,
@@ -413,25 +716,9 @@ def _decode_compact(
         generation_delta,
         t_flag,
         reference,
-    ) = small.unpack_from(body, 2)
-    # Whole arrays at once (struct reads the encoder's native-order arrays: standard sizes, no padding).
-    wide_code = _INT_CODES[codes >> 2 & 3]
-    count = 3 + n_drafts + n_e + n_c + n_d
-    w = list(_unpack_from(f"={count}{wide_code}", body, end))
-    end += count * _ITEM_SIZE[wide_code]
-    n_masses = bin(mask >> _FIRST_MASS).count("1")
-    n_drawn = bin(mask & ((1 << _FIRST_MASS) - 1)).count("1")
-    first_code = "f" if codes & 16 else "d"
-    count = n_q + n_p + n_masses
-    p = list(_unpack_from(f"={count}{first_code}", body, end))
-    end += count * _ITEM_SIZE[first_code]
-    second_code = "f" if codes & 32 else "d"
-    count = n_u + n_drawn + 4 * t_flag
-    f = list(_unpack_from(f"={count}{second_code}", body, end))
-    end += count * _ITEM_SIZE[second_code]
-    hexes = body[end:].hex()
+    ) = fields
     n_digests = 3 + q_flag + p_flag + (0 if reference else 1)
-    if len(hexes) != 64 * n_digests or codes > 63:
+    if len(hexes) != 64 * n_digests or len(w) != 3 + n_drafts + n_e + n_c + n_d:
         raise ValueError("the stored round's digests do not match its flags")
     if reference and previous_processor is None:
         raise ValueError("the round refers to a previous round's processor digest that is not there")

@@ -6,7 +6,9 @@ metadata is what the log queries against, and a test checks that it matches what
 ``requests``
     One row per request: the live projection and the generation fence (current generation, head sequence
     number and hash, digest of the published state, finished flag), the state digest it was opened with,
-    and ``request_no``, the compact integer key its rounds are stored under.
+    and ``request_no``, the compact integer key its rounds are stored under. Every published round updates
+    its request's row; on PostgreSQL the table's pages are filled to half (``fillfactor``, migration 0004)
+    so that those updates stay on their page (heap-only, no new index entries) and dead versions are pruned.
 ``events``
     The events that are not part of a round: each request's ``request_opened`` at seq 0. Hot fields are
     columns; ``payload`` holds the event's canonical JSON text exactly as it was hashed.

@@ -11,7 +11,7 @@ from sqlalchemy import LargeBinary, bindparam, event, text
 
 from specround.adapters.sql import SqlEventLog, parse_location
 from specround.adapters.sql.engine import SQLITE_PAGE_SIZE
-from specround.adapters.sql.round_body import decode_round
+from specround.adapters.sql.round_body import COMPACT2, decode_round
 from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
 from specround.errors import (
     InputError,
@@ -164,6 +164,7 @@ def test_a_round_row_rebuilds_the_hashed_canonical_text(log_url: str) -> None:
         assert bytes(row.prev_hash) == bytes.fromhex(stored[first].prev_hash)[:8]
         assert bytes(row.hash).hex() == stored[first + 4].hash == links[first + 5]
         assert len(bytes(row.body)) < sum(len(b) for b in expected) // 3  # compact, not the JSON text
+        assert bytes(row.body)[0] == COMPACT2  # the form the log writes
     log.close()
 
 

@@ -9,7 +9,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect, text
+from sqlalchemy import Engine, inspect, text
 from typer.testing import CliRunner
 
 from specround.adapters.sql import SqlEventLog, database_status, head_revision, upgrade_database
@@ -117,3 +117,26 @@ def test_db_commands_on_postgres(postgres_url: str) -> None:
     result = runner.invoke(app, ["db", "current", postgres_url, "--json", "--check"])
     assert result.exit_code == 0
     assert json.loads(result.output)["current"] == head_revision()
+
+
+def _requests_options(engine: Engine) -> list[str]:
+    with engine.connect() as connection:
+        options = connection.execute(
+            text("SELECT reloptions FROM pg_class WHERE oid = 'requests'::regclass")
+        ).scalar_one()
+    return list(options or [])
+
+
+def test_requests_pages_leave_room_for_head_updates_on_postgres(postgres_url: str) -> None:
+    upgrade_database(postgres_url)
+    engine = build_engine(parse_location(postgres_url))
+    try:
+        assert _requests_options(engine) == ["fillfactor=50"]
+        with engine.begin() as connection:
+            command.downgrade(alembic_config(connection), "0003")
+        assert _requests_options(engine) == []
+        with engine.begin() as connection:
+            command.upgrade(alembic_config(connection), "head")
+        assert _requests_options(engine) == ["fillfactor=50"]
+    finally:
+        engine.dispose()
