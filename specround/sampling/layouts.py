@@ -81,7 +81,8 @@ def replays_frontier(layout: Layout | str) -> bool:
     The one layout decision: under ``retained_frontier`` the frontier's K/V row and ``p_1`` were computed by
     a one-row call before the round and are retained beside the cache instead.
     """
-    return parse_layout(layout) is Layout.REPLAY_FRONTIER
+    member = layout if type(layout) is Layout else parse_layout(layout)  # a member needs no parsing
+    return member is Layout.REPLAY_FRONTIER
 
 
 def retains_frontier(layout: Layout | str) -> bool:

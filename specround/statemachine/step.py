@@ -28,7 +28,7 @@ from specround.errors import (
 )
 from specround.sampling.exact import decide, decide_from_uniforms
 from specround.sampling.layouts import retains_frontier, verify_row_count
-from specround.sampling.types import Layout, SamplerBatch, SamplerDecision
+from specround.sampling.types import SamplerBatch, SamplerDecision
 from specround.sampling.validation import ValidationMode
 from specround.statemachine.batch_rows import BatchRows
 from specround.statemachine.batching import (
@@ -688,7 +688,7 @@ class Step:
             kv.discarded_token_ids,  # discarded_token_ids
             state.frontier,  # new_frontier
             state.position,  # new_frontier_position
-            _retains_frontier(layout) and not state.finished,  # materialize_frontier
+            retains_frontier(layout) and not state.finished,  # materialize_frontier
         )
         return RoundResult(
             rnd.request_id,  # request_id
@@ -711,22 +711,10 @@ _PUBLISHED_FROM_STAGED = next_phase(RoundPhase.STAGED, Trigger.PUBLISH)
 """Where ``publish`` leads a staged round (read from the lifecycle table once)."""
 
 
-def _retains_frontier(layout: Layout) -> bool:
-    """:func:`retains_frontier` with the common case (a :class:`Layout` member) answered by identity."""
-    if type(layout) is Layout:
-        return layout is not Layout.REPLAY_FRONTIER
-    return retains_frontier(layout)
-
-
 def _verify_row_count(rnd: RoundWork, given: int | None) -> int:
     """Target input rows of a verification: ``given``, or k+1 (replay_frontier) / k (retained_frontier)."""
     if given is None:  # the layout's own count: k + 1 or k, an int well inside [0, 2**63)
-        k = len(rnd.draft_ids)
-        return (
-            k + 1
-            if rnd.live.config.layout is Layout.REPLAY_FRONTIER
-            else verify_row_count(rnd.live.config.layout, k)
-        )
+        return verify_row_count(rnd.live.config.layout, len(rnd.draft_ids))
     if isinstance(given, bool) or not isinstance(given, int) or not 0 <= given < 2**63:
         raise InvalidRequestError(f"verify_rows must be an integer in [0, 2**63), got {given!r}")
     return given
