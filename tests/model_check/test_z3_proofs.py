@@ -91,3 +91,38 @@ def test_all_proofs_hold() -> None:
     assert all(r.size > 0 and r.assertions > 0 and r.wall_s >= 0 for r in results)
     statuses = {r.status for r in results}
     assert statuses == {ProofStatus.PROVED, ProofStatus.REACHABLE, ProofStatus.REFUTED}
+
+
+class _ScriptedSolver:
+    """A solver stand-in answering from a script: (verdict, reason) per fresh solver, in order."""
+
+    def __init__(self, answers: list[tuple[object, str]], seeds: list[int], seed: int) -> None:
+        self._answer = answers.pop(0)
+        seeds.append(seed)
+
+    def add(self, *terms: object) -> None:
+        del terms
+
+    def check(self) -> object:
+        return self._answer[0]
+
+    def reason_unknown(self) -> str:
+        return self._answer[1]
+
+
+def test_an_unknown_verdict_is_retried_with_other_seeds_but_a_timeout_is_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from specround.model_check.z3 import proof_runner
+
+    seeds: list[int] = []
+    answers = [(z3.unknown, "incomplete quantifiers"), (z3.unknown, "incomplete quantifiers"), (z3.sat, "")]
+    monkeypatch.setattr(
+        proof_runner, "_solver", lambda timeout_s, seed=0: _ScriptedSolver(answers, seeds, seed)
+    )
+    verdict, _ = proof_runner._decide([], 1.0)
+    assert verdict == z3.sat and seeds == [0, 1, 2]
+    seeds.clear()
+    answers[:] = [(z3.unknown, "timeout"), (z3.sat, "")]
+    verdict, _ = proof_runner._decide([], 1.0)
+    assert verdict == z3.unknown and seeds == [0]  # a query past its time limit is not run again

@@ -123,10 +123,35 @@ def term_size(terms: Iterable[z3.ExprRef]) -> int:
     return len(seen)
 
 
-def _solver(timeout_s: float) -> z3.Solver:
+RETRY_SEEDS = (1, 2, 3)
+"""Solver seeds a query is run again with when z3 answers ``unknown`` for a reason other than its time limit.
+
+Quantified queries can end ``unknown`` ("incomplete quantifiers") on one search path and be decided on
+another; the path depends on the seed and on the terms built earlier in the process. ``sat`` and ``unsat``
+are sound whatever the seed, so a later seed's verdict is as good as the first's.
+"""
+
+
+def _solver(timeout_s: float, seed: int = 0) -> z3.Solver:
     solver = z3.Solver()
     solver.set("timeout", max(1, int(timeout_s * 1000)))
+    if seed:
+        solver.set("random_seed", seed)
     return solver
+
+
+def _decide(query: Sequence[Any], timeout_s: float) -> tuple[Any, z3.Solver]:
+    """``check()`` of ``query`` on a fresh solver, again with :data:`RETRY_SEEDS` while it is unknown."""
+    solver = _solver(timeout_s)
+    solver.add(*query)
+    verdict = solver.check()
+    for seed in RETRY_SEEDS:
+        if verdict != z3.unknown or solver.reason_unknown() in ("timeout", "canceled"):
+            break
+        solver = _solver(timeout_s, seed)
+        solver.add(*query)
+        verdict = solver.check()
+    return verdict, solver
 
 
 def _statistics(solver: z3.Solver) -> dict[str, float]:
@@ -158,9 +183,7 @@ def run_proof(proof: Proof, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> ProofRes
 
     if proof.kind == ProofKind.REACHABLE:
         query = [*premises, obligation.goal]
-        solver = _solver(timeout_s)
-        solver.add(*query)
-        verdict = solver.check()
+        verdict, solver = _decide(query, timeout_s)
         if verdict == z3.sat:
             status = ProofStatus.REACHABLE
             model = _model_values(solver.model(), obligation.show)
@@ -171,9 +194,7 @@ def run_proof(proof: Proof, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> ProofRes
             detail = solver.reason_unknown()
     else:
         status = ProofStatus.UNKNOWN
-        vacuity = _solver(timeout_s)
-        vacuity.add(*premises)
-        premise_verdict = vacuity.check()
+        premise_verdict, vacuity = _decide(premises, timeout_s)
         query = [*premises, z3.Not(obligation.goal)]
         solver = _solver(timeout_s)
         if premise_verdict == z3.unsat:
@@ -182,8 +203,7 @@ def run_proof(proof: Proof, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> ProofRes
         elif premise_verdict == z3.unknown:
             detail = f"premise satisfiability unknown: {vacuity.reason_unknown()}"
         else:
-            solver.add(*query)
-            verdict = solver.check()
+            verdict, solver = _decide(query, timeout_s)
             if verdict == z3.unsat:
                 status = ProofStatus.PROVED
             elif verdict == z3.sat:
