@@ -146,7 +146,7 @@ class _Fold:
         if prev_hash != self.prev_hash:
             raise self._error(event, "prev_hash does not link to the previous event (dropped or reordered)")
         payload = event.payload
-        if type(payload) is not dict and not isinstance(payload, dict):
+        if not isinstance(payload, dict):
             raise self._error(event, f"the payload is a {type(payload).__name__}, not an object")
         link = event.hash
         if self.verify_hashes:

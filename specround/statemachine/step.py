@@ -261,14 +261,11 @@ class Step:
         if self._rows is None:
             raise IllegalTransitionError("verify_batch needs a step opened by step_batch; use verify")
 
-        faulted = self._settings.faults is not None
-
         def attach(rnd: RoundWork) -> None:
             b = rnd.batch_row
             rnd.branch = branches[b] if branches is not None else None
             rnd.verify_rows = _verify_row_count(rnd, verify_rows[b] if verify_rows is not None else None)
-            if faulted:
-                self._settings.fault(FaultPoint.AFTER_VERIFICATION, rnd)
+            self._settings.fault(FaultPoint.AFTER_VERIFICATION, rnd)
 
         self._advance_live_rounds(Trigger.VERIFY, attach)
 
@@ -571,12 +568,10 @@ class Step:
         s0 = start.state
         emitted = decided.emitted_ids
         settings = self._settings
-        faulted = settings.faults is not None
         # K/V rows: commit [F_0] + accepted drafts before the final token, discard the rest (INV-5).
         kv = stage_kv(s0, rnd.draft_ids, emitted)
         rnd.kv = kv
-        if faulted:
-            settings.fault(FaultPoint.AFTER_KV_STAGING, rnd)
+        settings.fault(FaultPoint.AFTER_KV_STAGING, rnd)
         # Output, processors (INV-4), RNG counters (INV-3), generation; validated by token identity (INV-1).
         before = s0.rng
         proposal = before.proposal + rnd.proposal_draws
@@ -592,8 +587,7 @@ class Step:
             finish_reason=decided.finish_reason,
         )
         rnd.successor = successor
-        if faulted:
-            settings.fault(FaultPoint.AFTER_OUTPUT_STAGING, rnd)
+        settings.fault(FaultPoint.AFTER_OUTPUT_STAGING, rnd)
         rnd.rng_after = (proposal, accept, terminal)
         if settings.row_digests:  # read now: the engine may reuse the tensors once the step returns
             q_rows, p_rows = self._round_rows(rnd)
@@ -638,10 +632,7 @@ class Step:
             return
         successor = rnd.successor
         assert successor is not None
-        phase = rnd.phase
-        rnd.phase = (
-            _PUBLISHED_FROM_STAGED if phase is RoundPhase.STAGED else next_phase(phase, Trigger.PUBLISH)
-        )
+        rnd.phase = next_phase(rnd.phase, Trigger.PUBLISH)
         live.in_flight = False
         if rnd.pipelined:  # durable now: the request's durable snapshot catches up with it
             _settled_pipelined(rnd)
@@ -655,8 +646,7 @@ class Step:
             live.current = successor
             live.coordinate_digest = None
         try:
-            if self._settings.faults is not None:
-                self._settings.fault(FaultPoint.AFTER_PUBLICATION, rnd)
+            self._settings.fault(FaultPoint.AFTER_PUBLICATION, rnd)
         except InjectedFaultError as error:
             rnd.error = error
             rnd.result = RoundResult(
@@ -705,10 +695,6 @@ class Step:
             instruction,  # kv
             rnd.commit,  # commit
         )
-
-
-_PUBLISHED_FROM_STAGED = next_phase(RoundPhase.STAGED, Trigger.PUBLISH)
-"""Where ``publish`` leads a staged round (read from the lifecycle table once)."""
 
 
 def _verify_row_count(rnd: RoundWork, given: int | None) -> int:
