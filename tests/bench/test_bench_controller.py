@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from specround.bench.controller_bench import (
     CONTROLLER_TARGET_US,
+    LOG_BYTES_TARGET,
     REPLAY_TARGET_EVENTS_PER_S,
     ControllerBenchReport,
     run_controller_bench,
@@ -33,8 +34,10 @@ def _check(report: ControllerBenchReport, backends: set[str], sizes: tuple[int, 
     sqlite = next(c for c in report.cases if c.backend == "sqlite" and c.batch_size == largest)
     assert report.meets_target == (sqlite.us_per_round <= CONTROLLER_TARGET_US)
     assert {r.backend for r in report.replay} == backends - {"memory"}
+    expected = {("sqlite", largest), ("postgresql", largest)} | ({("sqlite", 1)} if 1 in sizes else set())
+    assert {(r.backend, r.batch_size) for r in report.replay} == {e for e in expected if e[0] in backends}
     for replay in report.replay:
-        assert replay.events > replay.requests >= largest
+        assert replay.events > replay.requests >= replay.batch_size
         assert replay.stream_events_per_s > 0 and replay.replay_events_per_s > 0
         assert replay.audit_events_per_s > 0
         assert replay.rounds == (replay.events - replay.requests) // 5
@@ -44,10 +47,11 @@ def _check(report: ControllerBenchReport, backends: set[str], sizes: tuple[int, 
 def test_controller_bench_on_memory_and_sqlite() -> None:
     report = run_controller_bench((1, 4), rounds_per_repetition=8, repeats=2, warmup=1, vocab=16)
     _check(report, {"memory", "sqlite"}, (1, 4), 8)
-    replay = report.replay[0]
+    replays = {r.batch_size: r for r in report.replay}
     # every request of the B=4 log: its opening event plus 5 events per round it published
     rounds = (1 + 2) * 8
-    assert (replay.requests, replay.events) == (4, 4 + 5 * rounds)
+    assert (replays[4].requests, replays[4].events) == (4, 4 + 5 * rounds)
+    assert (replays[1].requests, replays[1].events) == (1, 1 + 5 * rounds)  # B=1: one long request
 
 
 @pytest.mark.postgres
@@ -124,18 +128,25 @@ def test_controller_bench_runs_both_step_apis_and_judges_its_targets() -> None:
     for case in report.cases:
         assert case.critical_us_per_round == case.us_per_round
         assert case.durable_us_per_round == case.publish_us_per_round
-    # at these sizes only the B = 1 step and the replay targets are measurable
-    assert [v.target for v in report.verdicts] == [
-        "memory B=1 us/step (sampler included)",
-        "sqlite replay events/s",
-        "sqlite audit events/s",
+    # at these sizes only the B = 1 step and the replay and size targets are measurable
+    logs = [f"sqlite B={r.batch_size} log" for r in report.replay]
+    assert sorted(logs) == ["sqlite B=1 log", "sqlite B=4 log"]
+    assert [v.target for v in report.verdicts] == ["memory B=1 us/step (sampler included)"] + [
+        f"{log}: {what}"
+        for log in logs
+        for what in ("replay events/s", "audit events/s", "bytes per round on disk")
     ]
-    single, replay, audit = report.verdicts
-    assert replay.measured == report.replay[0].replay_events_per_s
-    assert audit.measured == report.replay[0].audit_events_per_s
-    assert replay.limit == audit.limit == REPLAY_TARGET_EVENTS_PER_S
-    for verdict in (replay, audit):
-        assert verdict.met == (verdict.measured >= verdict.limit)
+    single = report.verdicts[0]
+    for at, replayed in enumerate(report.replay):
+        replay, audit, size = report.verdicts[1 + 3 * at : 4 + 3 * at]
+        assert replay.measured == replayed.replay_events_per_s
+        assert audit.measured == replayed.audit_events_per_s
+        assert size.measured == replayed.bytes_per_round
+        assert replay.limit == audit.limit == REPLAY_TARGET_EVENTS_PER_S
+        assert size.limit == LOG_BYTES_TARGET
+        for verdict in (replay, audit):
+            assert verdict.met == (verdict.measured >= verdict.limit)
+        assert size.met == (size.measured <= size.limit)
     memory_b1 = next(c for c in report.cases if (c.backend, c.api, c.batch_size) == ("memory", "batch", 1))
     assert single.measured == memory_b1.critical_us_per_round
     assert single.met == (single.measured <= single.limit)
