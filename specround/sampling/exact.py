@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -70,7 +71,13 @@ from specround.sampling.fast_path import (
 )
 from specround.sampling.fast_path import search_host as _search
 from specround.sampling.rng import round_uniforms_host, uniforms
-from specround.sampling.scalar_path import SCALAR_LIMIT, decide_with_scalars
+from specround.sampling.scalar_path import (
+    SCALAR_LIMIT,
+    ScalarBatch,
+    decide_with_scalars,
+    scalar_batch,
+    structure_is_valid_on_scalars,
+)
 from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision, Stream, TerminalKind
 from specround.sampling.validation import (
     PROBABILITY_DTYPES,
@@ -90,6 +97,7 @@ __all__ = [
     "DEGENERATE_RESIDUAL_ULPS",
     "InverseCdfDraw",
     "accepts",
+    "accepts_scalar",
     "block_width",
     "decide",
     "decide_from_uniforms",
@@ -139,14 +147,31 @@ class InverseCdfDraw:
     """[N] float64 total row mass (summed block by block, in float64)."""
 
 
+def _accept_rule(uniform: Any, p_draft: Any, q_draft: Any) -> Any:
+    """``u < p(d) / q(d)`` on float64 operands: tensors or Python floats (IEEE division and comparison)."""
+    return uniform < p_draft / q_draft
+
+
 def accepts(uniforms: torch.Tensor, p_draft: torch.Tensor, q_draft: torch.Tensor) -> torch.Tensor:
     """The acceptance predicate, in float64: accept iff ``u < p(d) / q(d)`` (contract#accept-rule).
 
     With ``u`` in ``[0, 1)``: ``p >= q`` always accepts (so ``p == q`` never corrects), ``p = 0`` always
     rejects, and ``P(accept) = min(1, p / q)``. Inputs broadcast; returns a bool tensor. The sampler and the
-    audit both call this function, so it is the only place the rule is written.
+    audit both call this function (or :func:`accepts_scalar`, the same rule on Python floats), so the rule
+    is written in one place.
     """
-    return uniforms.to(_F64) < p_draft.to(_F64) / q_draft.to(_F64)
+    verdict: torch.Tensor = _accept_rule(uniforms.to(_F64), p_draft.to(_F64), q_draft.to(_F64))
+    return verdict
+
+
+def accepts_scalar(uniform: float, p_draft: float, q_draft: float) -> bool:
+    """:func:`accepts` on Python floats (float64): the same verdict bit for bit, without a tensor op.
+
+    A Python float is an IEEE binary64 number and its division and comparison are IEEE operations, as
+    torch's float64 ones are, so the quotient and the comparison are the same. Used by the scalar control
+    of small batches (:mod:`specround.sampling.scalar_path`).
+    """
+    return bool(_accept_rule(uniform, p_draft, q_draft))
 
 
 def terminal_mass(
@@ -588,25 +613,32 @@ def decide_from_uniforms(
         return _decide(batch, host, accept_uniforms, terminal_uniforms, mode)
 
 
-def _check_structure(batch: SamplerBatch) -> HostBatch | None:
+def _check_structure(batch: SamplerBatch) -> HostBatch | ScalarBatch | None:
     """:func:`check_batch_structure`, with its integer checks done on the host for a CPU batch.
 
-    A CPU batch whose values pass the host check is accepted without a tensor op (its host views are
-    returned for the fast path); any other batch goes through the full check, which raises the named
-    error, and gets ``None``.
+    A CPU batch whose values pass the host check is accepted without a tensor op: a small batch (``B * (K
+    + 1) <= SCALAR_LIMIT``) gets its Python lists for the scalar control, a larger one its numpy views for
+    the fast path. Any other batch goes through the full check, which raises the named error, and gets
+    ``None``.
     """
     check_batch_shapes(batch)
     if batch.p.device.type == "cpu":
-        host = host_batch(batch)
-        if structure_is_valid_on_host(host):
-            return host
+        n_batch, k_max = batch.draft_ids.shape
+        if 0 < n_batch * (k_max + 1) <= SCALAR_LIMIT:
+            scalars = scalar_batch(batch)
+            if structure_is_valid_on_scalars(scalars):
+                return scalars
+        else:
+            host = host_batch(batch)
+            if structure_is_valid_on_host(host):
+                return host
     check_batch_structure(batch)
     return None
 
 
 def _decide(
     batch: SamplerBatch,
-    host: HostBatch | None,
+    host: HostBatch | ScalarBatch | None,
     accept_uniforms: torch.Tensor,
     terminal_uniforms: torch.Tensor,
     mode: ValidationMode,
@@ -620,10 +652,12 @@ def _decide(
             block_width=block_width,
             degenerate_tolerance=degenerate_residual_tolerance,
         )
-        n_batch, k_max = host.draft_ids.shape
-        on_scalars = 0 < n_batch * (k_max + 1) <= SCALAR_LIMIT
-        decide_host = decide_with_scalars if on_scalars else decide_on_host
-        decision = decide_host(batch, host, accept_uniforms, terminal_uniforms, mode, seams)
+        if isinstance(host, ScalarBatch):
+            decision = decide_with_scalars(
+                batch, host, accept_uniforms, terminal_uniforms, mode, seams, accepts_scalar
+            )
+        else:
+            decision = decide_on_host(batch, host, accept_uniforms, terminal_uniforms, mode, seams)
         if decision is not None:
             return decision
     return _decide_reference(batch, accept_uniforms, terminal_uniforms, mode)

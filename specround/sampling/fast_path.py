@@ -48,6 +48,7 @@ __all__ = [
     "HostDraw",
     "HostSeams",
     "decide_on_host",
+    "few_terminal_draws",
     "host_array",
     "host_batch",
     "search_host",
@@ -373,8 +374,31 @@ def _mass_buffer(n_rows: int, columns: int) -> FloatArray:
     return cached
 
 
+def _zeros(dtype: np.dtype[Any], length: int) -> npt.NDArray[Any]:
+    """A read-only zero array of ``dtype`` holding at least ``length`` entries, kept for this thread.
+
+    The residual's clamp takes ``np.maximum(zeros, residual)``: the same values (a zero's sign and NaN
+    included) as with a scalar zero, through numpy's vectorised array loop, several times faster.
+    """
+    kept: dict[np.dtype[Any], npt.NDArray[Any]] | None = getattr(_workspace, "zeros", None)
+    if kept is None:
+        kept = _workspace.zeros = {}
+    cached = kept.get(dtype)
+    if cached is None or cached.shape[0] < length:
+        cached = np.zeros(length, dtype=dtype)
+        cached.flags.writeable = False
+        kept[dtype] = cached
+    return cached[:length]
+
+
 def _terminal_mass_host(
-    host: HostBatch, p_index: IntArray, q_index: IntArray, width: int, *, with_stats: bool
+    p: npt.NDArray[Any],
+    q: npt.NDArray[Any],
+    p_index: IntArray,
+    q_index: IntArray,
+    width: int,
+    *,
+    with_stats: bool,
 ) -> tuple[npt.NDArray[Any], RowStats | None]:
     """[N, nB * BS] float64 terminal mass (zero past V) and, with ``with_stats``, the row checks.
 
@@ -385,13 +409,13 @@ def _terminal_mass_host(
     the float64 mass is written once, ready for the block sums.
     """
     n_rows, n_correction = p_index.shape[0], q_index.shape[0]
-    vocab = host.p.shape[2]
-    p_flat, q_flat = host.p.reshape(-1, vocab), host.q.reshape(-1, vocab)
-    zero = p_flat.dtype.type(0.0)
+    vocab = p.shape[2]
+    p_flat, q_flat = p.reshape(-1, vocab), q.reshape(-1, vocab)
     mass = _mass_buffer(n_rows, vocab + (-vocab % width))
     totals = np.zeros(n_rows + n_correction)
     minima = np.full(n_rows + n_correction, np.inf)
     step = max(width, (_HOST_CHUNK_ELEMENTS // max(n_rows, 1)) // width * width)
+    zeros = _zeros(p_flat.dtype, min(step, vocab))
     for start in range(0, vocab, step):
         stop = min(start + step, vocab)
         target = p_flat[p_index, start:stop]  # [N, c] a copy in the rows' dtype
@@ -405,9 +429,65 @@ def _terminal_mass_host(
                 np.minimum(minima[n_rows:], draft.min(1), out=minima[n_rows:])
             residual = target[:n_correction]
             np.subtract(residual, draft, out=residual)
-            np.maximum(zero, residual, out=residual)  # equal operands: keeps ``residual`` (-0.0 stays)
+            # Equal operands keep ``residual`` (-0.0 stays).
+            np.maximum(zeros[None, : stop - start], residual, out=residual)
         mass[:, start:stop] = target  # exact widening
     return mass, ((totals, minima) if with_stats else None)
+
+
+def _residual_buffer(dtype: np.dtype[Any], length: int) -> npt.NDArray[Any]:
+    """A writable [length] buffer of ``dtype`` for one residual row, reused by this thread's next decision."""
+    kept: dict[np.dtype[Any], npt.NDArray[Any]] | None = getattr(_workspace, "residual", None)
+    if kept is None:
+        kept = _workspace.residual = {}
+    cached = kept.get(dtype)
+    if cached is None or cached.shape[0] < length:
+        cached = kept[dtype] = np.empty(length, dtype=dtype)
+    return cached[:length]
+
+
+def _terminal_mass_rows(
+    p: npt.NDArray[Any],
+    q: npt.NDArray[Any],
+    p_index: list[int],
+    q_index: list[int],
+    width: int,
+    *,
+    with_stats: bool,
+) -> tuple[npt.NDArray[Any], tuple[list[float], list[float]] | None]:
+    """:func:`_terminal_mass_host` for a few rows that fit one chunk, row by row on views of the rows.
+
+    ``p`` [B, K+1, V] and ``q`` [B, K, V] host arrays; ``p_index`` / ``q_index`` flat rows (the first
+    ``len(q_index)`` are corrections). The same values: the residual is the same correctly rounded
+    subtraction and clamp in the rows' dtype, then widened exactly into the float64 mass; a bonus row is
+    widened straight from the input, without the gathered copy. Returns the mass and, with ``with_stats``,
+    the row sums and minima (p rows, then the corrections' q rows) as Python floats.
+    """
+    vocab = p.shape[2]
+    p_flat, q_flat = p.reshape(-1, vocab), q.reshape(-1, vocab)
+    mass = _mass_buffer(len(p_index), vocab + (-vocab % width))
+    n_correction = len(q_index)
+    zeros = _zeros(p_flat.dtype, vocab)
+    totals: list[float] = []
+    minima: list[float] = []
+    q_totals: list[float] = []
+    q_minima: list[float] = []
+    for row, flat in enumerate(p_index):
+        target = p_flat[flat]  # [V] a view
+        if with_stats:
+            totals.append(float(target.sum()))
+            minima.append(float(target.min()))
+        if row < n_correction:
+            draft = q_flat[q_index[row]]  # [V] a view
+            if with_stats:
+                q_totals.append(float(draft.sum()))
+                q_minima.append(float(draft.min()))
+            residual = _residual_buffer(p_flat.dtype, vocab)
+            np.subtract(target, draft, out=residual)
+            np.maximum(zeros, residual, out=residual)  # equal operands keep ``residual`` (-0.0 stays)
+            target = residual
+        mass[row, :vocab] = target  # exact widening
+    return mass, ((totals + q_totals, minima + q_minima) if with_stats else None)
 
 
 def _terminal_mass_torch(
@@ -462,18 +542,35 @@ def terminal_draws(
     if os.environ.get(COMPILE_ENV) == "1":
         mass, stats = _terminal_mass_torch(batch, p_index, q_index, width, with_stats=mode == "read")
     else:
-        mass, stats = _terminal_mass_host(host, p_index, q_index, width, with_stats=mode == "read")
+        mass, stats = _terminal_mass_host(host.p, host.q, p_index, q_index, width, with_stats=mode == "read")
     if stats is not None:
         totals, minima = stats
         tolerance = normalisation_tolerance(p.dtype, vocab) * _TOLERANCE_MARGIN
         # A NaN minimum or a non-finite sum fails its test; the reference path then names the error.
         if not (np.abs(totals - 1.0).max() <= tolerance and minima.min() >= 0):
             return None
+    draw = _draw_from_mass(mass, n_rows, n_correction, width, p.dtype, u_terminal[rows], seams)
+    return None if draw is None else (rows, draw)
+
+
+def _draw_from_mass(
+    mass: npt.NDArray[Any],
+    n_rows: int,
+    n_correction: int,
+    width: int,
+    dtype: torch.dtype,
+    u_rows: FloatArray,
+    seams: HostSeams,
+) -> HostDraw | None:
+    """Block sums of the checked terminal mass [N, nB * BS], the degenerate test, then the host search.
+
+    ``None`` when a correction's residual is degenerate (the reference path redraws it from p).
+    """
     blocks = torch.from_numpy(mass).view(n_rows, -1, width)  # [N, nB, BS], zero past V
     block_sums = host_array(blocks.sum(-1, dtype=torch.float64))  # [N, nB] (widening first for float32)
     if n_correction:
         residual = np.cumsum(block_sums[:n_correction], axis=1)[:, -1]  # summed as the search sums it
-        if (residual <= seams.degenerate_tolerance(p.dtype)).any():
+        if (residual <= seams.degenerate_tolerance(dtype)).any():
             return None  # a degenerate correction: the reference path redraws it from p
     mass_host = mass.reshape(n_rows, -1, width)  # [N, nB, BS] the terminal mass in the rows' dtype
     index = np.arange(n_rows)
@@ -481,4 +578,50 @@ def terminal_draws(
     def block_values(block: IntArray) -> FloatArray:
         return np.asarray(mass_host[index, block].astype(_F64))  # [N, BS]
 
-    return rows, seams.search(block_sums, u_terminal[rows], block_values)
+    return seams.search(block_sums, u_rows, block_values)
+
+
+def few_terminal_draws(
+    batch: SamplerBatch,
+    p: npt.NDArray[Any],
+    q: npt.NDArray[Any],
+    accepted: list[int],
+    lens: list[int],
+    drawing: list[int],
+    u_terminal: list[float],
+    mode: ValidationMode,
+    seams: HostSeams,
+) -> tuple[list[int], HostDraw] | None:
+    """:func:`terminal_draws` for a small batch given as Python lists; ``p`` and ``q`` its host arrays.
+
+    The same rows in the same order (corrections first), the same checks and the same values, with the
+    row bookkeeping in Python and the terminal mass taken row by row (:func:`_terminal_mass_rows`) when
+    the rows fit one chunk.
+    """
+    k_max, vocab = q.shape[1], p.shape[2]
+    rows = [b for b in drawing if accepted[b] < lens[b]]  # corrections first
+    n_correction = len(rows)
+    rows += [b for b in drawing if accepted[b] >= lens[b]]
+    n_rows = len(rows)
+    p_index = [b * (k_max + 1) + accepted[b] for b in rows]  # flat rows of p
+    q_index = [b * k_max + accepted[b] for b in rows[:n_correction]]  # flat rows of q
+    width = seams.block_width(vocab)
+    with_stats = mode == "read"
+    if os.environ.get(COMPILE_ENV) == "1" or n_rows * vocab > _HOST_CHUNK_ELEMENTS:
+        index_p, index_q = np.array(p_index, dtype=np.int64), np.array(q_index, dtype=np.int64)
+        if os.environ.get(COMPILE_ENV) == "1":
+            mass, arrays = _terminal_mass_torch(batch, index_p, index_q, width, with_stats=with_stats)
+        else:
+            mass, arrays = _terminal_mass_host(p, q, index_p, index_q, width, with_stats=with_stats)
+        stats = None if arrays is None else (arrays[0].tolist(), arrays[1].tolist())
+    else:
+        mass, stats = _terminal_mass_rows(p, q, p_index, q_index, width, with_stats=with_stats)
+    if stats is not None:
+        totals, minima = stats
+        tolerance = normalisation_tolerance(batch.p.dtype, vocab) * _TOLERANCE_MARGIN
+        # A NaN minimum or a non-finite sum fails its test; the reference path then names the error.
+        if not (all(abs(t - 1.0) <= tolerance for t in totals) and all(m >= 0 for m in minima)):
+            return None
+    u_rows = np.array([u_terminal[b] for b in rows], dtype=np.float64)
+    draw = _draw_from_mass(mass, n_rows, n_correction, width, batch.p.dtype, u_rows, seams)
+    return None if draw is None else (rows, draw)

@@ -15,76 +15,153 @@ As on the fast path, any value that fails a check returns ``None``: the referenc
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
-from specround.sampling.fast_path import HostBatch, HostSeams, host_array, terminal_draws
+from specround.sampling.fast_path import HostSeams, few_terminal_draws, host_array
 from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision, TerminalKind
 from specround.sampling.validation import ValidationMode
 
-__all__ = ["SCALAR_LIMIT", "decide_with_scalars"]
+__all__ = [
+    "SCALAR_LIMIT",
+    "ScalarBatch",
+    "decide_with_scalars",
+    "scalar_batch",
+    "structure_is_valid_on_scalars",
+]
 
 SCALAR_LIMIT = 32
 """Largest ``B * (K + 1)`` decided on Python scalars (beyond it numpy's per-call cost is amortised)."""
 
 _NAN = float("nan")
 _INF = math.inf
+_INT64_MAX = 2**63 - 1
 _CORRECTION, _BONUS, _STOP = int(TerminalKind.CORRECTION), int(TerminalKind.BONUS), int(TerminalKind.STOP)
 
 
-def _stop_sets(stop_ids: np.ndarray[Any, Any], n_batch: int, k_max: int) -> list[list[frozenset[int]]]:
+@dataclass(frozen=True, slots=True)
+class ScalarBatch:
+    """A small CPU batch's integers as Python lists and its rows as numpy views (made once per decision)."""
+
+    p: npt.NDArray[Any]
+    """[B, K+1, V] a view of ``p``."""
+    q: npt.NDArray[Any]
+    """[B, K, V] a view of ``q``."""
+    draft_ids: list[list[int]]
+    draft_lens: list[int]
+    stop_ids: list[Any]
+    """``stop_ids.tolist()``: [B][S] or [B][K+1][S]."""
+    stop_dim: int
+    """2 (one stop set per request) or 3 (one per position)."""
+    stop_width: int
+    """S, the entries of one stop set (0: no stop tokens)."""
+    remaining: list[int]
+    accept_counters: list[int]
+    terminal_counters: list[int]
+
+
+def scalar_batch(batch: SamplerBatch) -> ScalarBatch:
+    """:class:`ScalarBatch` of a CPU ``batch`` whose shapes were checked (one ``tolist`` per tensor)."""
+    return ScalarBatch(
+        p=host_array(batch.p),
+        q=host_array(batch.q),
+        draft_ids=batch.draft_ids.tolist(),
+        draft_lens=batch.draft_lens.tolist(),
+        stop_ids=batch.stop_ids.tolist(),
+        stop_dim=batch.stop_ids.dim(),
+        stop_width=batch.stop_ids.shape[-1],
+        remaining=batch.remaining.tolist(),
+        accept_counters=batch.accept_counters.tolist(),
+        terminal_counters=batch.terminal_counters.tolist(),
+    )
+
+
+def _flat_stop_ids(host: ScalarBatch) -> list[int]:
+    """Every stop id of the batch in one list."""
+    if host.stop_dim == 2:
+        return [t for row in host.stop_ids for t in row]
+    return [t for row in host.stop_ids for cell in row for t in cell]
+
+
+def structure_is_valid_on_scalars(host: ScalarBatch) -> bool:
+    """Whether the integer values pass :func:`~specround.sampling.validation.check_batch_structure`.
+
+    The conditions of :func:`~specround.sampling.fast_path.structure_is_valid_on_host` on Python lists;
+    ``False`` means the caller runs the full check, which raises the named error.
+    """
+    k_max, vocab = host.q.shape[1], host.p.shape[2]
+    if not host.draft_lens:
+        return True
+    for length, row in zip(host.draft_lens, host.draft_ids, strict=True):
+        if not 0 <= length <= k_max:
+            return False
+        # Within the draft length an id lies in [0, V); beyond it, it is PAD_ID.
+        if not all(0 <= d < vocab for d in row[:length]) or any(d != PAD_ID for d in row[length:]):
+            return False
+    stops = _flat_stop_ids(host)
+    return not (
+        min(host.remaining) < 1
+        or min(host.accept_counters) < 0
+        or max(host.accept_counters) > _INT64_MAX - k_max
+        or min(host.terminal_counters) < 0
+        or max(host.terminal_counters) > _INT64_MAX - 1
+        or (stops and (min(stops) < PAD_ID or max(stops) > vocab - 1))
+    )
+
+
+def _stop_sets(host: ScalarBatch, n_batch: int, k_max: int) -> list[list[frozenset[int]]]:
     """Per request, the stop set of each 1-based position ``1..K+1`` (PAD entries dropped)."""
-    if stop_ids.shape[-1] == 0:
+    if host.stop_width == 0:
         return [[frozenset()] * (k_max + 1) for _ in range(n_batch)]
-    if stop_ids.ndim == 2:  # one set per request, for every position
-        return [[frozenset(t for t in row if t != PAD_ID)] * (k_max + 1) for row in stop_ids.tolist()]
-    return [[frozenset(t for t in cell if t != PAD_ID) for cell in row] for row in stop_ids.tolist()]
+    if host.stop_dim == 2:  # one set per request, for every position
+        return [[frozenset(t for t in row if t != PAD_ID)] * (k_max + 1) for row in host.stop_ids]
+    return [[frozenset(t for t in cell if t != PAD_ID) for cell in row] for row in host.stop_ids]
 
 
 def decide_with_scalars(
     batch: SamplerBatch,
-    host: HostBatch,
+    host: ScalarBatch,
     accept_uniforms: torch.Tensor,
     terminal_uniforms: torch.Tensor,
     mode: ValidationMode,
     seams: HostSeams,
+    accepts: Callable[[float, float, float], bool],
 ) -> SamplerDecision | None:
-    """The decision of a small CPU batch whose structure was checked, or ``None`` for the reference path."""
+    """The decision of a small CPU batch whose structure was checked, or ``None`` for the reference path.
+
+    ``accepts`` is :func:`~specround.sampling.exact.accepts_scalar`, the acceptance rule on Python floats.
+    """
     if mode == "full":
         seams.check_all_rows(batch)
-    n_batch, k_max = host.draft_ids.shape
-    ids: list[list[int]] = host.draft_ids.tolist()
-    lens: list[int] = host.draft_lens.tolist()
-    remaining: list[int] = host.remaining.tolist()
-    u: list[list[float]] = host_array(accept_uniforms).tolist()
-    u_terminal: list[float] = host_array(terminal_uniforms).tolist()
+    ids, lens, remaining = host.draft_ids, host.draft_lens, host.remaining
+    n_batch, k_max = len(ids), host.q.shape[1]
+    u: list[list[float]] = accept_uniforms.tolist()
+    u_terminal: list[float] = terminal_uniforms.tolist()
     p, q = host.p, host.q
 
-    # Gathered draft probabilities p_i(d_i), q_i(d_i) (float() widens exactly); padding holds 0 and 1.
+    # Gathered draft probabilities p_i(d_i), q_i(d_i) (item() widens exactly); padding holds 0 and 1.
     p_draft = [
-        [float(p[b, i, ids[b][i]]) if i < lens[b] else 0.0 for i in range(k_max)] for b in range(n_batch)
+        [p.item(b, i, ids[b][i]) if i < lens[b] else 0.0 for i in range(k_max)] for b in range(n_batch)
     ]
     q_draft = [
-        [float(q[b, i, ids[b][i]]) if i < lens[b] else 1.0 for i in range(k_max)] for b in range(n_batch)
+        [q.item(b, i, ids[b][i]) if i < lens[b] else 1.0 for i in range(k_max)] for b in range(n_batch)
     ]
     for b in range(n_batch):
         for i in range(lens[b]):  # p(d) in [0, inf) and q(d) in (0, inf); NaN fails both
             if not (0.0 <= p_draft[b][i] < _INF and 0.0 < q_draft[b][i] < _INF):
                 return None
 
-    # Acceptance tests (the one written rule) and the leading accepted run A.
-    tested: list[list[bool]] = seams.accepts(
-        accept_uniforms,
-        torch.tensor(p_draft, dtype=torch.float64),
-        torch.tensor(q_draft, dtype=torch.float64),
-    ).tolist()
-    sets = _stop_sets(host.stop_ids, n_batch, k_max)
+    # Acceptance tests (the one written rule) and the leading accepted run A; a stop in the accepted prefix.
+    sets = _stop_sets(host, n_batch, k_max)
     accepted, stop_len, by_token = [0] * n_batch, [0] * n_batch, [False] * n_batch
     for b in range(n_batch):
-        run = 0
-        while run < lens[b] and tested[b][run]:
+        run, u_b, p_b, q_b = 0, u[b], p_draft[b], q_draft[b]
+        while run < lens[b] and accepts(u_b[run], p_b[run], q_b[run]):
             run += 1
         accepted[b] = run
         # A stop token or the length cap inside the accepted prefix (1-based position i + 1 <= A).
@@ -105,24 +182,19 @@ def decide_with_scalars(
     masses = [[_NAN] * n_batch for _ in range(3)]  # total, before, token
     drawing = [b for b in range(n_batch) if not stop_len[b]]
     if drawing:
-        drawn = terminal_draws(
-            batch,
-            host,
-            np.array(accepted, dtype=np.int64),
-            host.draft_lens,
-            np.array(drawing, dtype=np.int64),
-            np.array(u_terminal, dtype=np.float64),
-            mode,
-            seams,
-        )
+        drawn = few_terminal_draws(batch, p, q, accepted, lens, drawing, u_terminal, mode, seams)
         if drawn is None:
             return None
         rows, draw = drawn
-        for j, row in enumerate(rows.tolist()):
-            tokens[row] = int(draw.tokens[j])
-            masses[0][row] = float(draw.total[j])
-            masses[1][row] = float(draw.mass_before[j])
-            masses[2][row] = float(draw.token_mass[j])
+        found = (
+            draw.tokens.tolist(),
+            draw.total.tolist(),
+            draw.mass_before.tolist(),
+            draw.token_mass.tolist(),
+        )
+        for j, row in enumerate(rows):
+            tokens[row] = found[0][j]
+            masses[0][row], masses[1][row], masses[2][row] = found[1][j], found[2][j], found[3][j]
 
     return _decision(
         k_max,
