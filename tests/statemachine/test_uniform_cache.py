@@ -9,7 +9,7 @@ import torch
 
 from specround.sampling.rng import uniforms
 from specround.sampling.types import Stream
-from specround.statemachine.uniform_cache import WINDOW, UniformWindow, batch_uniforms
+from specround.statemachine.uniform_cache import ACCEPT_WINDOW, WINDOW, UniformWindow, batch_uniforms
 
 CPU = torch.device("cpu")
 
@@ -59,5 +59,6 @@ def test_a_window_is_refilled_when_counters_move_back() -> None:
 
 def test_counters_near_the_int64_end_are_left_to_the_sampler() -> None:
     end = 2**63
-    assert batch_uniforms([None], [1], [end - WINDOW + 1], [0], [1], 1, CPU) is None
+    assert batch_uniforms([None], [1], [end - ACCEPT_WINDOW + 1], [0], [1], 1, CPU) is None
+    assert batch_uniforms([None], [1], [0], [end - WINDOW + 1], [1], 1, CPU) is None
     assert batch_uniforms([None], [1], [0], [end - 2], [1], 1, CPU) is None
