@@ -124,7 +124,7 @@ def check_batch_rows(
     lens = lens_t.tolist()
     rows = ids.tolist()
     drafts = [tuple(row[:length]) if 0 <= length <= k else () for row, length in zip(rows, lens, strict=True)]
-    if k:
+    if k and any(length != k for length in lens):  # full drafts have no positions to pad
         inside = torch.arange(k, device=p.device)[None, :] < lens_t[:, None]  # [B, K]
         ids = torch.where(inside, ids, PAD_ID)
     return BatchRows(draft_ids=ids, draft_lens=lens_t, q=q, p=p, drafts=drafts, lens=lens)
