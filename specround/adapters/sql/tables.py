@@ -21,8 +21,6 @@ metadata is what the log queries against, and a test checks that it matches what
     events are recomputed from the rebuilt canonical bytes on reading. Its primary key (request,
     generation) and unique key (request, round id) are the database half of the fence (INV-6): no two
     transactions can publish the same generation of a request, and a round id is published at most once.
-    On SQLite the rows are stored in the primary key's b-tree (``WITHOUT ROWID``, migration 0005): one
-    copy of the key per round, and each request's rounds side by side.
 ``signatures``
     Signed heads and checkpoints (only a log opened with a key writes them; :mod:`specround.signing`): the
     signed canonical message, the signature, its scheme and key id.
@@ -132,7 +130,6 @@ rounds = Table(
     Column("body", LargeBinary, nullable=False),
     PrimaryKeyConstraint("request_no", "generation", name="pk_rounds"),
     UniqueConstraint("request_no", "round_id", name="uq_rounds_round"),
-    sqlite_with_rowid=False,
 )
 """One row per published round: its five events, and the fence's unique keys."""
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -141,30 +140,3 @@ def test_requests_pages_leave_room_for_head_updates_on_postgres(postgres_url: st
         assert _requests_options(engine) == ["fillfactor=50"]
     finally:
         engine.dispose()
-
-
-def _rounds_sql(path: str) -> str:
-    with sqlite3.connect(path) as connection:
-        return str(connection.execute("SELECT sql FROM sqlite_master WHERE name = 'rounds'").fetchone()[0])
-
-
-def test_sqlite_rounds_are_clustered_on_their_key_and_the_rebuild_keeps_every_row(sqlite_path: str) -> None:
-    log = SqlEventLog.open(sqlite_path)
-    cfg, state = opened(log, "req-a")
-    log.publish([p for p, _ in run_rounds(cfg, state, 3)])
-    before = list(log.events())
-    log.close()
-    assert "WITHOUT ROWID" in _rounds_sql(sqlite_path)
-    engine = build_engine(parse_location(sqlite_path))
-    try:
-        with engine.begin() as connection:
-            command.downgrade(alembic_config(connection), "0004")
-        assert "WITHOUT ROWID" not in _rounds_sql(sqlite_path)  # 0004's table, with a rowid
-        with engine.begin() as connection:
-            command.upgrade(alembic_config(connection), "head")
-    finally:
-        engine.dispose()
-    assert "WITHOUT ROWID" in _rounds_sql(sqlite_path)
-    with SqlEventLog.open(sqlite_path, create=False) as again:
-        assert list(again.events()) == before  # both rebuilds copied every round row as it was
-        assert assert_chains_verify(again) == {"req-a": 16}
