@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import os
 import threading
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -158,6 +160,8 @@ def search_host(
     cumulative value (only through rounding) falls back to the last positive-mass entry.
     """
     n_rows, n_blocks = block_sums.shape
+    if n_rows == 1:
+        return _search_one_row(block_sums[0], float(u[0]), block_values)
     rows = np.arange(n_rows)
     cumulative = np.cumsum(block_sums, axis=1)  # [N, nB] sequential float64 sums
     total = cumulative[:, -1]
@@ -175,6 +179,57 @@ def search_host(
     mass_before = np.where(offset > 0, inside[rows, np.maximum(offset - 1, 0)], prefix)
     token_mass = values[rows, offset]
     return HostDraw(block * width + offset, mass_before, token_mass, total)
+
+
+def _search_one_row(
+    block_sums: FloatArray, u: float, block_values: Callable[[IntArray], FloatArray]
+) -> HostDraw:
+    """:func:`search_host` for a single row, on Python floats: the same operations, bit for bit.
+
+    ``np.cumsum`` over float64 adds sequentially, as :func:`itertools.accumulate` does on Python floats
+    (IEEE doubles). Where every entry is ``>= 0`` and the target is not NaN, the cumulative values do not
+    decrease, so the count of those ``<= target`` is a bisection, at both levels; any other row is counted
+    entry by entry, as the vectorised search counts. At one row numpy's per-call
+    cost was most of the search's.
+    """
+    sums = block_sums.tolist()
+    cumulative = list(accumulate(sums))  # [nB] sequential float64 sums
+    total = cumulative[-1]
+    target = u * total
+    n_blocks = len(cumulative)
+    monotone = target == target  # no NaN target: every comparison with it is an order
+    if monotone and bool((block_sums >= 0).all()):
+        block = bisect_right(cumulative, target)  # first cumulative value > target
+    else:
+        block = sum(1 for value in cumulative if value <= target)
+    if block >= n_blocks:  # rounding put the target at the top: the last block with mass
+        block = _last_positive(sums)
+    prefix = cumulative[block - 1] if block > 0 else 0.0
+    row = block_values(np.array([block], dtype=np.int64))[0]  # [BS]
+    values = row.tolist()
+    running = list(accumulate(values))  # [BS]; inside the block the cumulative mass is prefix + running
+    width = len(values)
+    if monotone and bool((row >= 0).all()):  # non-decreasing: the first value above the target
+        offset = bisect_right(running, target, key=lambda partial: prefix + partial)
+    else:
+        offset = sum(1 for partial in running if prefix + partial <= target)
+    if offset >= width:  # the block's own cumsum ended below its sum: its last positive entry
+        offset = _last_positive(values)
+    mass_before = prefix + running[offset - 1] if offset > 0 else prefix
+    return HostDraw(
+        np.array([block * width + offset], dtype=np.int64),
+        np.array([mass_before], dtype=_F64),
+        np.array([values[offset]], dtype=_F64),
+        np.array([total], dtype=_F64),
+    )
+
+
+def _last_positive(values: list[float]) -> int:
+    """Index of the last entry ``> 0`` of ``values`` (the last index when none is), as :func:`_last_true`."""
+    for index in range(len(values) - 1, -1, -1):
+        if values[index] > 0:
+            return index
+    return len(values) - 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -189,6 +189,53 @@ def test_host_search_equals_the_torch_search_bit_for_bit() -> None:
             assert np.array_equal(mine, theirs.numpy())
 
 
+def test_the_one_row_search_equals_the_vectorised_search_bit_for_bit() -> None:
+    """A single row takes the search on Python floats; the same row twice takes the vectorised one.
+
+    Rows with zero-mass blocks, targets at the very top (u just below one), a last block lighter than its
+    entries' sum, and rows the checks would refuse (a negative entry, a NaN, a NaN target): every field
+    must agree bit for bit (NaN where the vectorised search gives NaN).
+    """
+    gen = np.random.default_rng(11)
+    for trial in range(300):
+        n_blocks, width = 1 + trial % 17, (1, 2, 7, 64, 256)[trial % 5]
+        values = gen.random((1, n_blocks, width)) ** 4
+        values[values < 0.1] = 0.0
+        if trial % 7 == 0:
+            values[0, : n_blocks // 2] = 0.0  # leading empty blocks
+        values[0, -1, -1] = max(values[0, -1, -1], 1e-9)  # some mass
+        if trial % 11 == 3:
+            values[0, 0, 0] = -0.25  # non-monotone: counted entry by entry
+        if trial % 13 == 5:
+            values[0, -1, 0] = float("nan")
+        if trial % 9 == 4 and width > 1:  # the fallback's last positive entry is not the last entry
+            values[0, -1, -1], values[0, -1, 0] = 0.0, 0.5
+        block_sums = values.sum(-1)
+        if trial % 9 == 4:
+            block_sums[0, -1] *= 1.0 + 1e-12  # the last block's sum above its entries' cumulative sum
+        u = np.array([(1.0 - 2.0**-53) if trial % 4 == 0 else gen.random()])
+        if trial % 7 == 2 and n_blocks > 1:  # a target at the total, empty blocks after the last mass
+            values[0, -1] = 0.0
+            values[0, 0, 0] = 0.5
+            block_sums, u[0] = values.sum(-1), 1.0
+        if trial % 19 == 6:  # an infinite total and u = 0: a NaN target
+            block_sums[0, 0], u[0] = float("inf"), 0.0
+        one = search_host(block_sums, u, lambda block, v=values: v[np.arange(1), block])
+        twice = np.concatenate((values, values))
+        both = search_host(
+            np.concatenate((block_sums, block_sums)),
+            np.concatenate((u, u)),
+            lambda block, v=twice: v[np.arange(2), block],
+        )
+        for mine, theirs in zip(
+            (one.tokens, one.mass_before, one.token_mass, one.total),
+            (both.tokens, both.mass_before, both.token_mass, both.total),
+            strict=True,
+        ):
+            assert mine.shape == (1,) and mine.dtype == theirs.dtype, trial
+            assert np.array_equal(mine, theirs[:1], equal_nan=True), (trial, mine, theirs)
+
+
 def test_signed_zeros_and_host_chunks_match_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows holding -0.0 entries, drawn as corrections across many host column chunks, decide as the
     reference does (the host clamp keeps a zero's sign as torch's does)."""
