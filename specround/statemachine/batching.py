@@ -199,6 +199,8 @@ def record_decisions(group: Sequence[RoundWork], batch: SamplerBatch, decision: 
 
 
 _HOST_FLOATS = (torch.float32, torch.float64)
+_FEW_ROWS = 8
+"""Batches up to this size read their terminal p/q element by element (the same elements, the same values)."""
 
 
 def _terminal_pq(
@@ -219,8 +221,19 @@ def _terminal_pq(
         p_t, q_t = terminal_probabilities(batch, decision)
         return p_t.tolist(), q_t.tolist()
     n, k_max = batch.draft_ids.shape
+    last_ids = [max(ids[max(count, 1) - 1], 0) for ids, count in zip(output_ids, emitted, strict=True)]
+    if n <= _FEW_ROWS:  # element by element: numpy's per-call cost would be most of the work
+        p_host, q_host = p.detach().numpy(), q.detach().numpy()
+        correction = int(TerminalKind.CORRECTION)
+        p_few, q_few = [], []
+        for b in range(n):
+            row = max(terminal_row[b], 0)
+            p_few.append(float(p_host[b, row, last_ids[b]]))  # widening a float32 to float64 is exact
+            correct = k_max > 0 and terminal[b] == correction
+            q_few.append(float(q_host[b, min(row, k_max - 1), last_ids[b]]) if correct else 0.0)
+        return p_few, q_few
     index = np.arange(n)
-    last = np.array([max(ids[max(count, 1) - 1], 0) for ids, count in zip(output_ids, emitted, strict=True)])
+    last = np.array(last_ids)
     rows = np.maximum(np.array(terminal_row, dtype=np.int64), 0)
     p_t = p.detach().numpy()[index, rows, last].astype(np.float64)
     if k_max == 0:
