@@ -660,23 +660,38 @@ def bench_e2e(
         "specround",
         "--engine",
         help="specround (the compact Llama's serving loop) | transformers (specround.hf.generate against "
-        "transformers' generate, greedy, B = 1 and B = 4).",
+        "transformers' generate, greedy, B = 1 and B = 4 unless --batch-sizes says otherwise).",
     ),
     pipelined: bool = typer.Option(
         False, "--pipelined", help="Also run plain and K=auto cases on the pipelined serving loop."
+    ),
+    batch_sizes: str | None = typer.Option(
+        None,
+        "--batch-sizes",
+        help="With --engine transformers: comma-separated batch sizes (default 1,4).",
     ),
 ) -> None:
     """End-to-end tokens/s: plain decode, every proposer (fixed K, auto) and transformers, in one run."""
     from pathlib import Path
 
+    if batch_sizes is not None and engine != "transformers":
+        raise typer.BadParameter(
+            "batch sizes apply to --engine transformers only", param_hint="--batch-sizes"
+        )
     if engine == "transformers":
         from specround.bench.hf_e2e import run_hf_e2e_bench
 
+        batches = (
+            [1, 4] if batch_sizes is None else _comma_list(batch_sizes, int, "--batch-sizes", "integers")
+        )
+        if not batches or min(batches) < 1:
+            raise typer.BadParameter("batch sizes must be >= 1", param_hint="--batch-sizes")
         hf_report = run_hf_e2e_bench(
             classes=_comma_list(classes, str, "--classes", "names"),
             k=k,
             max_tokens=max_tokens,
             repeats=repeats,
+            batches=batches,
             prompts_dir=Path(prompts) if prompts else None,
             threads=threads,
             progress=lambda line: typer.echo(line, err=True),

@@ -2,7 +2,8 @@
 
 On SmolLM2-135M (the GGUF loaded by transformers, fp32, CPU) with its bfloat16-rounded copy as a separate
 assistant model, for every prompt class, greedy, at B = 1 (each prompt alone) and B = 4 (the class's first
-four prompts, cycled when a class holds fewer, left-padded):
+four prompts, cycled when a class holds fewer, left-padded); ``--batch-sizes`` chooses other sizes (B > 1:
+the first B prompts, cycled):
 
 ``transformers plain``
     ``model.generate`` (B = 4: one batched call).

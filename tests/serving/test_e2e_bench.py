@@ -3,7 +3,9 @@ paired ratios, targets and the audited log; and prompt-class loading."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,3 +73,33 @@ def test_the_pipelined_cases_generate_the_same_tokens(tmp_path: Path) -> None:
     assert piped.samples == plain.samples == 1 and piped.vs_plain is not None and piped.vs_plain > 0
     assert piped.generated_tokens == plain.generated_tokens  # the same seeded draws, the same tokens
     assert report.log_audited_clean is True
+
+
+def test_the_transformers_bench_takes_its_batch_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--batch-sizes`` reaches the transformers bench; bad values and the wrong engine are refused."""
+    from typer.testing import CliRunner
+
+    from specround.bench import hf_e2e
+    from specround.cli import app
+
+    seen: dict[str, Any] = {}
+
+    def fake_bench(**kwargs: Any) -> hf_e2e.HfBenchReport:
+        seen.update(kwargs)
+        return hf_e2e.HfBenchReport(k=kwargs["k"], max_tokens=1, repeats=1, threads=1, cases=(), ratios=())
+
+    monkeypatch.setattr(hf_e2e, "run_hf_e2e_bench", fake_bench)
+    runner = CliRunner()
+    ran = runner.invoke(app, ["bench", "e2e", "--engine", "transformers", "--batch-sizes", "1, 2"])
+    assert ran.exit_code == 0, ran.output
+    assert seen["batches"] == [1, 2] and json.loads(ran.stdout)["k"] == 4
+    seen.clear()
+    assert runner.invoke(app, ["bench", "e2e", "--engine", "transformers"]).exit_code == 0
+    assert seen["batches"] == [1, 4]  # the default
+    for bad in ("0", "1,x", ""):
+        seen.clear()
+        refused = runner.invoke(app, ["bench", "e2e", "--engine", "transformers", "--batch-sizes", bad])
+        assert refused.exit_code == 2 and "--batch-sizes" in refused.output and not seen, bad
+    wrong = runner.invoke(app, ["bench", "e2e", "--batch-sizes", "1"])
+    words = " ".join(wrong.output.replace("│", " ").split())  # the error box wraps its lines
+    assert wrong.exit_code == 2 and "apply to --engine transformers only" in words
