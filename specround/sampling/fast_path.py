@@ -189,8 +189,8 @@ def _search_one_row(
     ``np.cumsum`` over float64 adds sequentially, as :func:`itertools.accumulate` does on Python floats
     (IEEE doubles). Where every entry is ``>= 0`` and the target is not NaN, the cumulative values do not
     decrease, so the count of those ``<= target`` is a bisection, at both levels; any other row is counted
-    entry by entry, as the vectorised search counts. At one row numpy's per-call
-    cost was most of the search's.
+    entry by entry, as the vectorised search counts. At one row numpy's per-call cost was most of the
+    search's.
     """
     sums = block_sums.tolist()
     cumulative = list(accumulate(sums))  # [nB] sequential float64 sums
