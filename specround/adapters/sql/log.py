@@ -274,7 +274,8 @@ class SqlEventLog:
     """Durable, hash-chained event log with a per-request generation fence, on SQLite or PostgreSQL.
 
     Build one with :meth:`open`. Safe to share between threads (each call checks a connection out of the
-    engine's pool); many processes may open the same database.
+    engine's pool, except that publishing keeps one between writes while no other thread needs it); many
+    processes may open the same database.
     """
 
     def __init__(self, engine: Engine, location: LogLocation) -> None:
@@ -291,6 +292,10 @@ class SqlEventLog:
         self._tails: dict[str, tuple[str, str]] = {}
         """request id -> (head hash, processor_after) of the last round this process published for it."""
         self._tails_lock = threading.Lock()
+        self._writer: Connection | None = None
+        """The connection publishing writes keep between calls (see :meth:`_write_on_cursor`)."""
+        self._writer_lock = threading.Lock()
+        """Held by the one write that is using :attr:`_writer`."""
         self._streams: weakref.WeakSet[Generator[StoredEvent, None, None]] = weakref.WeakSet()
         """Event streams not yet exhausted: each holds a connection (and a read transaction) until it ends."""
 
@@ -591,6 +596,13 @@ class SqlEventLog:
                 # iterating it right now; it releases the connection when it ends).
                 with contextlib.suppress(ValueError):
                     stream.close()
+            if self._writer_lock.acquire(blocking=False):  # else the write using it returns it
+                try:
+                    if self._writer is not None:
+                        self._writer.close()
+                        self._writer = None
+                finally:
+                    self._writer_lock.release()
             self._engine.dispose()
 
     def __enter__(self) -> Self:
@@ -629,28 +641,59 @@ class SqlEventLog:
         paid. The engine's cursor listeners see the ``BEGIN`` as every other statement, and its ``commit``
         listeners run just before the commit, as SQLAlchemy would run them. ``body`` must run its
         statements on the cursor it is given only.
+
+        The connection stays checked out between writes (the pool's check-out and check-in cost about as
+        much again); a write that finds it in use by another thread takes one from the pool for itself,
+        so concurrent writers still run side by side. A write that fails returns its connection to the
+        pool, which resets it (or discards it when the driver has lost it), and the next write checks out
+        a fresh one.
         """
 
         def on_cursor() -> _T:
-            with self._engine.connect() as connection:
-                raw = connection.connection
-                cursor = _Cursor(connection)
+            pinned = self._writer_lock.acquire(blocking=False)
+            try:
+                connection = self._writer if pinned else None
+                if connection is None:
+                    connection = self._engine.connect()
                 try:
-                    if not self._postgres:
-                        cursor.run("BEGIN" if self._read_only else "BEGIN IMMEDIATE", ())
-                    result = body(cursor)
-                    for listener in connection.dispatch.commit:
-                        listener(connection)
-                    raw.commit()
-                    return result
+                    result = self._transaction_on(connection, body)
                 except BaseException:
-                    with contextlib.suppress(Exception):  # the first error is the one to report
-                        raw.rollback()
+                    if pinned:
+                        self._writer = None
+                    connection.close()
                     raise
-                finally:
-                    cursor.close()
+                if not pinned:
+                    connection.close()
+                elif self._closed:  # close() ran meanwhile: it could not return this one
+                    self._writer = None
+                    connection.close()
+                else:
+                    self._writer = connection
+                return result
+            finally:
+                if pinned:
+                    self._writer_lock.release()
 
         return self._retried(action, on_cursor)
+
+    def _transaction_on(self, connection: Connection, body: Callable[[_Cursor], _T]) -> _T:
+        """One write transaction of ``body`` on ``connection``'s DBAPI connection, rolled back on failure."""
+        raw = connection.connection
+        cursor = _Cursor(connection)
+        try:
+            if not self._postgres:
+                cursor.run("BEGIN" if self._read_only else "BEGIN IMMEDIATE", ())
+            result = body(cursor)
+            for listener in connection.dispatch.commit:
+                listener(connection)
+            raw.commit()
+            return result
+        except BaseException:
+            with contextlib.suppress(Exception):  # the first error is the one to report
+                raw.rollback()
+            raise
+        finally:
+            cursor.close()
 
     def _retried(self, action: str, run: Callable[[], _T]) -> _T:
         """``run()`` with driver errors mapped, run again when a backstop fired (see the module doc)."""

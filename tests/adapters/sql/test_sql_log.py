@@ -221,6 +221,78 @@ def test_closing_the_log_ends_unfinished_streams(log_url: str) -> None:
     again.close()
 
 
+# --- the publishing connection -------------------------------------------------------------------------
+
+
+class _Checkouts:
+    """Counts the connections the log's pool hands out."""
+
+    def __init__(self, log: SqlEventLog) -> None:
+        self.count = 0
+        event.listen(log.engine, "checkout", self._seen)
+
+    def _seen(self, *_args: object) -> None:
+        self.count += 1
+
+
+def test_publishing_keeps_its_connection_between_writes(log_url: str) -> None:
+    log = SqlEventLog.open(log_url)
+    cfg, state = opened(log, "req-a", max_new_tokens=60)
+    rounds = run_rounds(cfg, state, 4)
+    checkouts = _Checkouts(log)
+    for publication, _ in rounds:
+        assert log.publish([publication])[0].status is PUBLISHED
+    assert checkouts.count == 1  # the first write checked one out; the next three reused it
+    assert log.engine.pool.checkedout() == 1  # type: ignore[attr-defined]
+    assert log.head("req-a").generation == 4  # type: ignore[union-attr]
+    log.close()
+    assert log.engine.pool.checkedout() == 0  # type: ignore[attr-defined]  # close returned it
+
+
+class _InjectedWriteError(RuntimeError):
+    pass
+
+
+def test_a_failed_write_gives_its_connection_back(log_url: str) -> None:
+    log = SqlEventLog.open(log_url)
+    cfg, state = opened(log, "req-a")
+    (first, _), (second, _) = run_rounds(cfg, state, 2)
+    failing = [True]
+
+    @event.listens_for(log.engine, "before_cursor_execute")
+    def fail_once(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if failing[0] and statement.lstrip().upper().startswith("INSERT INTO ROUNDS"):
+            failing[0] = False
+            raise _InjectedWriteError("injected")
+
+    before = snapshot(log)
+    with pytest.raises(_InjectedWriteError):
+        log.publish([first])
+    assert snapshot(log) == before  # rolled back: nothing half-published
+    assert log.engine.pool.checkedout() == 0  # type: ignore[attr-defined]  # the connection went back
+    checkouts = _Checkouts(log)
+    assert [r.status for r in log.publish([first])] == [PUBLISHED]
+    assert [r.status for r in log.publish([second])] == [PUBLISHED]
+    assert checkouts.count == 1  # a fresh one, kept again
+    assert_chains_verify(log)
+    log.close()
+
+
+def test_a_write_that_finds_the_connection_in_use_takes_its_own(log_url: str) -> None:
+    log = SqlEventLog.open(log_url)
+    cfg, state = opened(log, "req-a")
+    (first, _), (second, _) = run_rounds(cfg, state, 2)
+    log.publish([first])  # the kept connection now exists
+    checkouts = _Checkouts(log)
+    with log._writer_lock:  # what another thread's write in progress holds
+        assert [r.status for r in log.publish([second])] == [PUBLISHED]
+    assert checkouts.count == 1  # its own, from the pool
+    assert log.engine.pool.checkedout() == 1  # type: ignore[attr-defined]  # it went back; the kept one stays
+    assert log.head("req-a").generation == 2  # type: ignore[union-attr]
+    log.close()
+    assert log.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
 # --- driver errors ----------------------------------------------------------------------------------------
 
 
