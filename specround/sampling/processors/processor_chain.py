@@ -232,11 +232,20 @@ class ProcessorChain:
         """
         if logits.dim() != 2:
             raise ShapeMismatchError(f"rows_along needs [n, V] logits, got {tuple(logits.shape)}")
-        self._check_logits(logits)
         n = logits.shape[0]
         if len(path) < n - 1:
             raise ShapeMismatchError(f"{n} rows need a path of at least {n - 1} tokens, got {len(path)}")
         steps = [self._check_token(t) for t in path[: max(0, n - 1)]]
+        if self._greedy_end() == 0 and logits.shape[-1] == self.vocab_size and logits.dtype.is_floating_point:
+            # The arg-max reads every row first: a NaN is its own row's arg-max and so is a +inf, so a
+            # finite winner in every row is the finiteness check, in one pass instead of two. Any other
+            # row takes the checked path below, which refuses it by name.
+            greedy = self.processors[0]
+            assert isinstance(greedy, Greedy)
+            one_hot = greedy.one_hot(logits)
+            if one_hot is not None:
+                return one_hot
+        self._check_logits(logits)
         return self._finish(logits, lambda p, r: p.apply_along(r, steps))  # [n, V]
 
     def stop_tokens(self) -> frozenset[int]:
