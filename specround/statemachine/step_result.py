@@ -55,11 +55,7 @@ class StepResult:
         """Row b's request id."""
         self._width = width
         self._results = tuple(results)
-        self.rollback_to = torch.tensor(
-            list(rollback_to) if rollback_to is not None else [-1] * len(self._results), dtype=torch.int64
-        )
-        """[B] int64: for a pipelined row that did not become durable after the engine acted on its
-        decision, the cache length to crop the request's K/V back to (its last durable state); else -1."""
+        self._rollback_to = list(rollback_to) if rollback_to is not None else None
 
     def __len__(self) -> int:
         return len(self._results)
@@ -73,6 +69,17 @@ class StepResult:
     def results(self) -> list[RoundResult]:
         """Every row's :class:`RoundResult`, in row order."""
         return list(self._results)
+
+    @cached_property
+    def rollback_to(self) -> torch.Tensor:
+        """[B] int64: the cache length to crop a pipelined row's K/V back to, else -1.
+
+        A pipelined row that did not become durable after the engine acted on its decision is cropped back
+        to its last durable state. Built on first read, as the other tensors are (a synchronous step's
+        caller rarely reads it).
+        """
+        values = self._rollback_to if self._rollback_to is not None else [-1] * len(self._results)
+        return torch.tensor(values, dtype=torch.int64)
 
     @cached_property
     def published(self) -> torch.Tensor:
