@@ -116,8 +116,11 @@ class BatchedCausalLM:
             if feed:
                 ids[b, : len(feed)] = torch.tensor(feed, dtype=torch.int64)
                 new[b, : len(feed)] = True
-            if self._columns[row]:
-                old[b, self._columns[row]] = True
+            cols = self._columns[row]
+            if cols and cols[-1] - cols[0] + 1 == len(cols):  # columns only increase: a contiguous run
+                old[b, cols[0] : cols[-1] + 1] = True  # a slice (a list index costs O(T) Python ints)
+            elif cols:
+                old[b, cols] = True
         causal = torch.ones((n, n), dtype=torch.bool).tril()  # [n(q), n(k)]
         own = new[:, None, :] & causal[None]  # [B, n, n]
         own |= torch.eye(n, dtype=torch.bool)[None]  # a filler query sees itself (no empty softmax row)

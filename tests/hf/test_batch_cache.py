@@ -87,6 +87,23 @@ def test_tidy_cuts_the_tail_keeps_small_holes_and_compacts_large_ones() -> None:
     assert torch.allclose(out[1], _alone(model, [7, 8, 50, 61, 65, 67])[-1:], atol=1e-5)
 
 
+def test_a_row_with_a_hole_sees_only_its_own_columns_around_it() -> None:
+    """Contiguous rows take the slice path of the mask, a row with a hole the column-list path."""
+    model = tiny_llama(0)
+    cache = BatchedCausalLM(model, [0, 1])
+    cache.forward({0: [1, 2], 1: [3, 4]}, rows="none")
+    cache.commit({0: 2, 1: 2})
+    cache.forward({0: [5, 6, 7], 1: [8]}, rows="none")
+    cache.commit({0: 1, 1: 1})  # row 0 keeps column 2; columns 3 and 4 are no row's
+    cache.forward({0: [9], 1: [10]}, rows="none")
+    cache.commit({0: 1, 1: 1})  # column 5: row 0 now holds 0, 1, 2, 5 (a hole at 3..4)
+    cache.forward({0: [11], 1: [12]}, rows="none")  # column 6: row 1 holds 0, 1, 2, 5, 6 likewise
+    cache.commit({0: 0, 1: 1})
+    out = cache.forward({0: [13], 1: [14, 15]})
+    assert torch.allclose(out[0], _alone(model, [1, 2, 5, 9, 13])[-1:], atol=1e-5)
+    assert torch.allclose(out[1], _alone(model, [3, 4, 8, 10, 12, 14, 15])[-2:], atol=1e-5)
+
+
 def test_tails_return_only_the_asked_positions_and_head_only_their_columns() -> None:
     model = tiny_llama(0)
     head_rows: list[int] = []
