@@ -316,9 +316,9 @@ def test_a_greedy_chain_writes_the_one_hot_the_softmax_would_give(backend: Softm
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_a_chain_that_starts_greedy_checks_its_logits_in_the_arg_max_pass(dtype: torch.dtype) -> None:
-    """With no processor before the arg-max, the arg-max pass is the finiteness check: the rows are the
-    general path's one-hot, and a NaN or +inf anywhere in any row is refused as the checked path refuses
-    it (float32/float64 take numpy's arg-max, bfloat16 torch's)."""
+    """With no processor before the arg-max, the arg-max pass is the finiteness check: the rows (of
+    rows_along and distribution) are the general path's one-hot, and a NaN or +inf anywhere in any row is
+    refused as the checked path refuses it (float32/float64 take numpy's arg-max, bfloat16 torch's)."""
     gen = torch.Generator().manual_seed(11)
     logits = torch.randn(4, V, generator=gen).to(dtype)
     logits[1, 2] = logits[1, 9] = logits[1].max() + 1  # a tie: the lower id wins
@@ -328,12 +328,15 @@ def test_a_chain_that_starts_greedy_checks_its_logits_in_the_arg_max_pass(dtype:
     got = chain.rows_along(logits, path)
     assert got.dtype == dtype and torch.equal(got, expected)
     assert int(got[1].argmax()) == 2
+    assert torch.equal(chain.distribution(logits[1]), expected[1])
     for bad in (float("nan"), float("inf")):
         for row, column in ((0, 0), (2, V - 1), (3, int(logits[3].argmax()))):
             broken = logits.clone()
             broken[row, column] = bad
             with pytest.raises(NonFiniteProbabilityError, match="NaN or \\+inf"):
                 chain.rows_along(broken, path)
+            with pytest.raises(NonFiniteProbabilityError, match="NaN or \\+inf"):
+                chain.distribution(broken[row])
     banned = logits.clone()
     banned[2] = float("-inf")
     with pytest.raises(InvalidProcessorError, match="no allowed token in rows \\[2\\]"):

@@ -154,16 +154,30 @@ class ProcessorChain:
 
     # --- rows -----------------------------------------------------------------------------------------
 
-    def _check_logits(self, logits: torch.Tensor) -> None:
+    def _check_logits(self, logits: torch.Tensor) -> torch.Tensor | None:
+        """Refuse logits ``[N, V]`` of the wrong shape or dtype, or holding NaN or +inf.
+
+        When the chain starts with its greedy arg-max, returns the one-hot rows it writes: that arg-max
+        reads every row first, and a NaN or a +inf is its own row's arg-max, so a finite winner in every
+        row is the finiteness check (one O(V) pass instead of two). Otherwise, or when some winner is not
+        finite, the one reduction below checks the rows and ``None`` is returned.
+        """
         if logits.dim() != 2 or logits.shape[-1] != self.vocab_size:
             raise ShapeMismatchError(
                 f"logits must be [V] or [N, V] with V = {self.vocab_size}, got {tuple(logits.shape)}"
             )
         if not logits.dtype.is_floating_point:
             raise ShapeMismatchError(f"logits must be floating point, got {logits.dtype}")
+        if self._greedy_end() == 0:
+            greedy = self.processors[0]
+            assert isinstance(greedy, Greedy)
+            one_hot = greedy.one_hot(logits)
+            if one_hot is not None:
+                return one_hot
         # One reduction: the maximum is NaN when any value is (torch's max propagates NaN), +inf when one is.
         if logits.numel() and not bool(logits.max() < _POS_INF):
             raise NonFiniteProbabilityError("logits hold NaN or +inf")
+        return None
 
     def _normalise(self, processed: torch.Tensor) -> torch.Tensor:
         """Softmax of processed logits ``[n, V]``, refusing rows with no allowed token."""
@@ -217,8 +231,8 @@ class ProcessorChain:
         """Processed probabilities at the current state: ``[V] -> [V]`` or ``[N, V] -> [N, V]``."""
         single = logits.dim() == 1
         rows = logits.unsqueeze(0) if single else logits  # [N, V]
-        self._check_logits(rows)
-        probs = self._finish(rows, lambda p, r: p.apply(r))  # [N, V]
+        one_hot = self._check_logits(rows)
+        probs = one_hot if one_hot is not None else self._finish(rows, lambda p, r: p.apply(r))  # [N, V]
         return probs.squeeze(0) if single else probs
 
     def rows_along(self, logits: torch.Tensor, path: Sequence[int]) -> torch.Tensor:
@@ -232,20 +246,13 @@ class ProcessorChain:
         """
         if logits.dim() != 2:
             raise ShapeMismatchError(f"rows_along needs [n, V] logits, got {tuple(logits.shape)}")
+        one_hot = self._check_logits(logits)
         n = logits.shape[0]
         if len(path) < n - 1:
             raise ShapeMismatchError(f"{n} rows need a path of at least {n - 1} tokens, got {len(path)}")
         steps = [self._check_token(t) for t in path[: max(0, n - 1)]]
-        if self._greedy_end() == 0 and logits.shape[-1] == self.vocab_size and logits.dtype.is_floating_point:
-            # The arg-max reads every row first: a NaN is its own row's arg-max and so is a +inf, so a
-            # finite winner in every row is the finiteness check, in one pass instead of two. Any other
-            # row takes the checked path below, which refuses it by name.
-            greedy = self.processors[0]
-            assert isinstance(greedy, Greedy)
-            one_hot = greedy.one_hot(logits)
-            if one_hot is not None:
-                return one_hot
-        self._check_logits(logits)
+        if one_hot is not None:
+            return one_hot
         return self._finish(logits, lambda p, r: p.apply_along(r, steps))  # [n, V]
 
     def stop_tokens(self) -> frozenset[int]:
