@@ -55,7 +55,7 @@ class StepResult:
         """Row b's request id."""
         self._width = width
         self._results = tuple(results)
-        self._rollback_to = list(rollback_to) if rollback_to is not None else None
+        self._rollback_to = list(rollback_to) if rollback_to is not None else [-1] * len(self._results)
 
     def __len__(self) -> int:
         return len(self._results)
@@ -78,8 +78,7 @@ class StepResult:
         to its last durable state. Built on first read, as the other tensors are (a synchronous step's
         caller rarely reads it).
         """
-        values = self._rollback_to if self._rollback_to is not None else [-1] * len(self._results)
-        return torch.tensor(values, dtype=torch.int64)
+        return torch.tensor(self._rollback_to, dtype=torch.int64)
 
     @cached_property
     def published(self) -> torch.Tensor:
