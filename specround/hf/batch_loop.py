@@ -288,7 +288,8 @@ class BatchLoop:
         if self.settings.output_scores:
             self.scores[b].extend(torch.log(verified.p_rows[b][j]) for j in range(emitted))
         if self.settings.output_logits:
-            self.raw[b].extend(verified.logits[b][j] for j in range(emitted))
+            # A copy: the row is a view of the whole step's logits, which it would otherwise keep alive.
+            self.raw[b].extend(verified.logits[b][j].clone() for j in range(emitted))
 
     def _outcome(self, b: int, asked: int, req: RoundRequest, result: StagedRound) -> RoundOutcome:
         """The staged round of row ``b`` as the caller sees it (released once the bridge settled it)."""

@@ -157,8 +157,22 @@ class Verification:
 
     @property
     def p_rows(self) -> torch.Tensor:
-        """[k+1, V] ``p_1..p_{k+1}`` (what the exact sampler takes for one request)."""
-        return torch.cat([self.p_for_draft, self.p_for_bonus.unsqueeze(0)], dim=0)
+        """[k+1, V] ``p_1..p_{k+1}`` (what the exact sampler takes for one request).
+
+        A view of the target's rows when they lie one after the other in its output (the
+        ``replay_frontier`` case: :func:`extract_verification` splits one ``[k+1, V]`` block), else a copy.
+        """
+        draft, bonus = self.p_for_draft, self.p_for_bonus
+        k, vocab = draft.shape
+        if (
+            draft.stride() == (vocab, 1)
+            and bonus.stride() == (1,)
+            and bonus.dtype == draft.dtype
+            and bonus.untyped_storage().data_ptr() == draft.untyped_storage().data_ptr()
+            and bonus.storage_offset() == draft.storage_offset() + k * vocab
+        ):
+            return draft.as_strided((k + 1, vocab), (vocab, 1))  # [k+1, V] the block itself, no copy
+        return torch.cat([draft, bonus.unsqueeze(0)], dim=0)
 
 
 def extract_verification(
