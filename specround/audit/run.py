@@ -10,8 +10,9 @@ decision is re-derived from the logged values and the counter-based RNG (INV-10,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from specround.audit.audit_report import AuditFinding, AuditReport, RequestAudit
 from specround.audit.decision_audit import DecisionAuditor
@@ -47,8 +48,38 @@ def audit_request(log: EventLog, request_id: str) -> RequestAudit:
     return _audit_events(log, request_id, events, findings, in_table=None)
 
 
-def _read_head(log: EventLog, request_id: str, findings: list[AuditFinding]) -> tuple[bool, LogHead | None]:
-    """(readable, head): a head row that cannot be read is a ``head`` finding."""
+@runtime_checkable
+class _HeadListing(Protocol):
+    """A log that lists every request's head in one read (the SQL event log)."""
+
+    def heads(self) -> list[LogHead]:
+        """Every request's head (raises when a head row cannot be read)."""
+        ...
+
+
+def _listed_heads(log: EventLog) -> dict[str, LogHead] | None:
+    """Every head of ``log`` by request id, read at once.
+
+    None when the log cannot list them or one row is unreadable: the audit then reads each request's head
+    on its own, which names the bad row.
+    """
+    if not isinstance(log, _HeadListing):
+        return None
+    try:
+        return {head.request_id: head for head in log.heads()}
+    except SpecroundError:
+        return None
+
+
+def _read_head(
+    log: EventLog,
+    request_id: str,
+    findings: list[AuditFinding],
+    heads: Mapping[str, LogHead] | None = None,
+) -> tuple[bool, LogHead | None]:
+    """(readable, head), from ``heads`` when given; a head row that cannot be read is a ``head`` finding."""
+    if heads is not None:
+        return True, heads.get(request_id)
     try:
         return True, log.head(request_id)
     except SpecroundError as exc:
@@ -63,12 +94,14 @@ def _audit_events(
     findings: list[AuditFinding],
     *,
     in_table: bool | None,
+    heads: Mapping[str, LogHead] | None = None,
 ) -> RequestAudit:
     """Audit one request's events against its head.
 
     ``in_table``: whether the log lists the request (None: not known, e.g. a request audited by id).
+    ``heads``: every head of the log, already read (None: read this request's head now).
     """
-    readable, head = _read_head(log, request_id, findings)
+    readable, head = _read_head(log, request_id, findings, heads)
     if readable and head is None and events:
         findings.append(
             _finding(
@@ -156,8 +189,9 @@ def audit_log(log: EventLog, request_ids: Iterable[str] | None = None) -> AuditR
 
     The whole-log audit enumerates requests from the events as well as from the log's request list, so
     events whose request row was deleted are reported (``orphan``), and so is a listed request without
-    events. Nothing a damaged log holds raises: a row, payload, head or schema the audit cannot read is a
-    named finding, and the audit goes on with the rest of the log.
+    events. A log that lists its heads (the SQL log) has them read once, after its request ids; otherwise
+    each request's head is read after its events. Nothing a damaged log holds raises: a row, payload, head
+    or schema the audit cannot read is a named finding, and the audit goes on with the rest of the log.
     """
     if request_ids is not None:
         return AuditReport(requests=tuple(audit_request(log, rid) for rid in dict.fromkeys(request_ids)))
@@ -171,6 +205,7 @@ def audit_log(log: EventLog, request_ids: Iterable[str] | None = None) -> AuditR
             _finding(_LOG, "INV-9", "unreadable", f"the request list cannot be read: {_why(exc)}")
         )
     listed_set = set(listed)
+    heads = _listed_heads(log)  # one read instead of one per request, where the log can list them
     seen: set[str] = set()
     try:
         for request_id, events in _grouped(iter(log.events())):
@@ -178,7 +213,9 @@ def audit_log(log: EventLog, request_ids: Iterable[str] | None = None) -> AuditR
                 log_findings.append(_finding(request_id, "INV-9", "reordered", "events not stored together"))
                 continue
             seen.add(request_id)
-            audits.append(_audit_events(log, request_id, events, [], in_table=request_id in listed_set))
+            audits.append(
+                _audit_events(log, request_id, events, [], in_table=request_id in listed_set, heads=heads)
+            )
     except SpecroundError as exc:
         log_findings.append(_finding(_LOG, "INV-9", "unreadable", f"the event stream broke off: {_why(exc)}"))
         for request_id in listed:  # read the requests the stream did not reach one by one
@@ -187,7 +224,7 @@ def audit_log(log: EventLog, request_ids: Iterable[str] | None = None) -> AuditR
                 audits.append(audit_request(log, request_id))
     for request_id in listed:
         if request_id not in seen:
-            audits.append(_audit_events(log, request_id, [], [], in_table=True))
+            audits.append(_audit_events(log, request_id, [], [], in_table=True, heads=heads))
     if log_findings:
         audits.append(_findings_only(_LOG, log_findings))
     audits.sort(key=lambda a: a.request_id)

@@ -261,3 +261,39 @@ def test_a_listed_request_without_events_is_reported(sqlite_log: Path) -> None:
     connection.close()
     report = audit_log_of(sqlite_log)
     assert [(f.request_id, f.kind) for f in report.findings] == [("a", "dropped")]
+
+
+class _OneByOne:
+    """The SQL log seen through the EventLog port only: no ``heads()``, so the audit reads each head."""
+
+    def __init__(self, log: SqlEventLog) -> None:
+        self.events, self.request_ids, self.head = log.events, log.request_ids, log.head
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        None,
+        "UPDATE requests SET state_digest = '" + "0" * 64 + "' WHERE request_id = 'b'",
+        "UPDATE requests SET generation = 'x' WHERE request_id = 'a'",  # heads() refuses: one by one
+        "DELETE FROM rounds WHERE request_no = (SELECT request_no FROM requests WHERE request_id = 'a')",
+    ],
+)
+def test_the_audit_reads_the_sql_heads_at_once_and_finds_what_reading_them_one_by_one_finds(
+    sqlite_log: Path, damage: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if damage is not None:
+        _execute(sqlite_log, damage)
+    calls: list[str] = []
+    head, heads = SqlEventLog.head, SqlEventLog.heads
+    monkeypatch.setattr(SqlEventLog, "head", lambda self, rid: calls.append("head") or head(self, rid))
+    monkeypatch.setattr(SqlEventLog, "heads", lambda self: calls.append("heads") or heads(self))
+    with SqlEventLog.open(sqlite_log, create=False) as log:
+        at_once = audit_log(log)
+        read, calls[:] = list(calls), []
+        one_by_one = audit_log(_OneByOne(log))  # type: ignore[arg-type]
+    assert calls == ["head", "head"]
+    readable = damage is None or "'x'" not in damage
+    assert read == (["heads"] if readable else ["heads", "head", "head"])
+    assert at_once == one_by_one
+    assert bool(at_once.findings) == (damage is not None)
