@@ -854,11 +854,13 @@ def _keyed(rounds: Iterator[Any], orphans: dict[Any, list[Any]]) -> Iterator[tup
 
 def _request_rounds(
     first: Any, rounds: Iterator[Any], opened_hash: str | None
-) -> tuple[list[StoredEvent], Any]:
+) -> tuple[Iterator[StoredEvent], Any]:
     """The events of every round row of ``first``'s request, and the next request's first row.
 
-    The request's rows are read first (memory bounded by one request), so that each row's stored link
-    prefix resolves to the full hash of the row it extends wherever that row is stored.
+    The request's stored rows are read first (memory bounded by one request), so that each row's stored
+    link prefix resolves to the full hash of the row it extends wherever that row is stored. Their events
+    are decoded row by row as the caller takes them: a long request never holds all its events at once,
+    whose objects the garbage collector would otherwise scan again and again.
     """
     request_id = first[0]
     rows = [first]
@@ -871,10 +873,15 @@ def _request_rounds(
     if opened_hash is not None:
         with contextlib.suppress(ValueError):
             links.setdefault(bytes.fromhex(opened_hash)[:PREV_LINK_BYTES], opened_hash)
-    out: list[StoredEvent] = []
+    return _decoded_rounds(rows, links), pending
+
+
+def _decoded_rounds(rows: list[Any], links: dict[bytes, str]) -> Iterator[StoredEvent]:
+    """The events of one request's round rows, in order, decoded one row at a time."""
     previous_processor: str | None = None
+    generation = 0  # of the last event decoded (a row whose generation is unreadable follows it)
     for row in rows:
-        fallback = out[-1].generation + 1 if out else 1
-        expanded, previous_processor = decode_round_row(row, links, previous_processor, fallback)
-        out.extend(expanded)
-    return out, pending
+        expanded, previous_processor = decode_round_row(row, links, previous_processor, generation + 1)
+        if expanded:
+            generation = expanded[-1].generation
+        yield from expanded

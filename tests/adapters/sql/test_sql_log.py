@@ -221,6 +221,34 @@ def test_closing_the_log_ends_unfinished_streams(log_url: str) -> None:
     again.close()
 
 
+def test_a_requests_rounds_are_decoded_as_the_reader_takes_them(
+    log_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long request is streamed round by round: its events are never all alive at once."""
+    import specround.adapters.sql.log as sql_log
+
+    log = SqlEventLog.open(log_url)
+    for rid in ("req-a", "req-b"):
+        cfg, state = opened(log, rid, max_new_tokens=200)
+        log.publish([p for p, _ in run_rounds(cfg, state, 6)])
+    everything = list(log.events())
+    decoded: list[int] = []
+    decode = sql_log.decode_round_row
+    monkeypatch.setattr(
+        sql_log, "decode_round_row", lambda row, *rest: decoded.append(row[1]) or decode(row, *rest)
+    )
+    stream = log.events()
+    taken = [next(stream) for _ in range(1 + 5 + 1)]  # req-a: request_opened, round 1, round 2's first
+    assert decoded == [1, 2]  # generations decoded so far: rounds 3..6 wait for the reader
+    taken += list(stream)
+    assert decoded == [1, 2, 3, 4, 5, 6] * 2
+    assert [(e.request_id, e.seq, e.hash) for e in taken] == [
+        (e.request_id, e.seq, e.hash) for e in everything
+    ]
+    assert [e.request_id for e in taken].count("req-b") == 31
+    log.close()
+
+
 # --- the publishing connection -------------------------------------------------------------------------
 
 
