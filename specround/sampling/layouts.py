@@ -141,10 +141,9 @@ class Verification:
     """
 
     layout: Layout
-    p_for_draft: torch.Tensor
-    """[k, V] rows scoring d_1..d_k (p_1..p_k)."""
-    p_for_bonus: torch.Tensor
-    """[V] row scoring the position after d_k (p_{k+1})."""
+    p_rows: torch.Tensor
+    """[k+1, V] ``p_1..p_{k+1}`` (what the exact sampler takes for one request): the target's own block
+    under ``replay_frontier``; under ``retained_frontier`` the retained ``p_1`` joined to the call's rows."""
     kv_for_replayed_frontier: Any
     """``KV(x_t)``: one row under ``replay_frontier``, zero rows under ``retained_frontier``."""
     kv_for_draft: Any
@@ -153,26 +152,17 @@ class Verification:
     @property
     def k(self) -> int:
         """Number of drafts."""
-        return int(self.p_for_draft.shape[0])
+        return int(self.p_rows.shape[0]) - 1
 
     @property
-    def p_rows(self) -> torch.Tensor:
-        """[k+1, V] ``p_1..p_{k+1}`` (what the exact sampler takes for one request).
+    def p_for_draft(self) -> torch.Tensor:
+        """[k, V] rows scoring d_1..d_k (p_1..p_k), a view of :attr:`p_rows`."""
+        return self.p_rows[:-1]
 
-        A view of the target's rows when they lie one after the other in its output (the
-        ``replay_frontier`` case: :func:`extract_verification` splits one ``[k+1, V]`` block), else a copy.
-        """
-        draft, bonus = self.p_for_draft, self.p_for_bonus
-        k, vocab = draft.shape
-        if (
-            draft.stride() == (vocab, 1)
-            and bonus.stride() == (1,)
-            and bonus.dtype == draft.dtype
-            and bonus.untyped_storage().data_ptr() == draft.untyped_storage().data_ptr()
-            and bonus.storage_offset() == draft.storage_offset() + k * vocab
-        ):
-            return draft.as_strided((k + 1, vocab), (vocab, 1))  # [k+1, V] the block itself, no copy
-        return torch.cat([draft, bonus.unsqueeze(0)], dim=0)
+    @property
+    def p_for_bonus(self) -> torch.Tensor:
+        """[V] row scoring the position after d_k (p_{k+1}), a view of :attr:`p_rows`."""
+        return self.p_rows[-1]
 
 
 def extract_verification(
@@ -217,7 +207,7 @@ def extract_verification(
             )
         rows = torch.cat([retained_p1.unsqueeze(0), logits], dim=0)  # [k+1, V]
     kv_frontier, kv_draft = new_kv[:replayed], new_kv[replayed:]
-    return Verification(chosen, rows[:k], rows[k], kv_frontier, kv_draft)
+    return Verification(chosen, rows, kv_frontier, kv_draft)
 
 
 def _as_ids(values: torch.Tensor | Sequence[int], name: str) -> torch.Tensor:

@@ -17,7 +17,6 @@ from specround.errors import (
     UnknownLayoutError,
 )
 from specround.sampling.layouts import (
-    Verification,
     extract_verification,
     replays_frontier,
     retains_frontier,
@@ -127,26 +126,21 @@ def test_tensor_kv_rows_and_empty_drafts() -> None:
     assert r.p_for_draft.shape == (0, VOCAB) and torch.equal(r.p_for_bonus, logits[0])
 
 
-def test_p_rows_is_the_targets_block_itself_when_its_rows_are_adjacent() -> None:
-    """The replay layout's rows are one [k+1, V] block: p_rows views it; split rows are joined by a copy."""
+def test_p_rows_is_the_targets_block_itself_and_its_parts_are_views_of_it() -> None:
+    """replay_frontier hands the target's [k+1, V] block on without a copy; retained joins p_1 to it."""
     logits = torch.randn(4, VOCAB)
     kv = list(range(4))
     for k in (3, 0):
         rows = logits[: k + 1]
         v = extract_verification("replay_frontier", rows, kv[: k + 1], k=k)
-        assert torch.equal(v.p_rows, rows) and v.p_rows.shape == (k + 1, VOCAB)
+        assert torch.equal(v.p_rows, rows) and v.p_rows.shape == (k + 1, VOCAB) and v.k == k
         assert v.p_rows.data_ptr() == rows.data_ptr()  # no copy
-    # Rows from separate tensors, a gap between the draft rows and the bonus, a strided block: copies.
-    apart = Verification(Layout.REPLAY_FRONTIER, logits[:3].clone(), logits[3].clone(), [], [])
-    gap = Verification(Layout.REPLAY_FRONTIER, logits[:2], logits[3], [], [])
-    strided = torch.randn(VOCAB, 4).t()  # [4, V] with stride (1, 4)
-    columns = Verification(Layout.REPLAY_FRONTIER, strided[:3], strided[3], [], [])
-    eight = torch.randn(8, VOCAB)  # draft rows 0, 2, 4 (stride 2V) and the bonus row 3 at offset 0 + 3V
-    skipping = Verification(Layout.REPLAY_FRONTIER, eight[0:6:2], eight[3], [], [])
-    cases = ((apart, logits), (gap, logits[[0, 1, 3]]), (columns, strided), (skipping, eight[[0, 2, 4, 3]]))
-    for v, expected in cases:
-        assert torch.equal(v.p_rows, expected)
-        assert v.p_rows.data_ptr() not in (logits.data_ptr(), strided.data_ptr(), eight.data_ptr())
+        assert v.p_for_draft.shape == (k, VOCAB)
+        assert v.p_for_draft.untyped_storage().data_ptr() == logits.untyped_storage().data_ptr()
+        assert v.p_for_bonus.data_ptr() == rows[k].data_ptr()
+    w = extract_verification("retained_frontier", logits[1:], kv[1:], k=3, retained_p1=logits[0])
+    assert torch.equal(w.p_rows, logits) and w.p_rows.data_ptr() != logits.data_ptr()
+    assert torch.equal(w.p_for_draft, logits[:3]) and torch.equal(w.p_for_bonus, logits[3])
 
 
 def test_extraction_refuses_wrong_shapes_and_layouts() -> None:
