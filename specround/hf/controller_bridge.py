@@ -226,8 +226,8 @@ def _batch_tensors(
     if n == 1 and first.shape[0] == width + 1:  # one row: its own rows are the batch, no copy
         only = rounds[0]
         p = first[None]  # [1, K+1, V]
-        q = (
-            only.q_rows[None].to(first.dtype)
+        q = (  # a drafter's rows may be on the host while p is on the target's device
+            only.q_rows[None].to(device=first.device, dtype=first.dtype)
             if width and only.q_rows is not None
             else first.new_zeros((1, width, vocab))
         )

@@ -32,13 +32,16 @@ def proposal_uniforms(seeds: Sequence[int], counters: Sequence[int], steps: int)
 def draw_tokens(q_rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """One token per row by inverse CDF: ``q_rows`` [B, V] masses, ``u`` [B] float64 -> [B] int64.
 
+    The tokens are on ``q_rows``' device, wherever ``u`` was computed.
+
     Rows that are all point masses (one positive entry, none negative) return that entry's index without
     a cumulative sum; any other batch goes through :func:`inverse_cdf` (which also validates it).
     """
     if q_rows.shape[0] == 0:
-        return torch.empty(0, dtype=torch.int64)
+        return torch.empty(0, dtype=torch.int64, device=q_rows.device)
     point = _point_masses(q_rows)
-    return point if point is not None else inverse_cdf(q_rows, u).tokens  # [B]
+    # The uniforms are computed on the host; the rows may live on an accelerator.
+    return point if point is not None else inverse_cdf(q_rows, u.to(q_rows.device)).tokens  # [B]
 
 
 def _point_masses(q_rows: torch.Tensor) -> torch.Tensor | None:

@@ -50,7 +50,10 @@ class SpecroundGenerateOutput:
 def pad_sequences(
     input_ids: torch.Tensor, generated: Sequence[Sequence[int]], pad_token_id: int | None
 ) -> torch.Tensor:
-    """``input_ids`` followed by each row's tokens, right-padded with ``pad_token_id``."""
+    """``input_ids`` then each row's tokens, right-padded with ``pad_token_id``, on ``input_ids``' device.
+
+    transformers returns its sequences where the caller's ids are (an accelerator's, for a model there).
+    """
     width = max((len(g) for g in generated), default=0)
     if pad_token_id is None and any(len(g) != width for g in generated):
         raise InvalidRequestError("rows finished at different lengths and no pad_token_id is set")
@@ -58,15 +61,21 @@ def pad_sequences(
     for b, tokens in enumerate(generated):
         if tokens:
             tail[b, : len(tokens)] = torch.tensor(list(tokens), dtype=torch.int64)
-    return torch.cat((input_ids.to(torch.int64).cpu(), tail), dim=1)
+    return torch.cat((input_ids.to(torch.int64), tail.to(input_ids.device)), dim=1)
 
 
 def stack_positions(rows: Sequence[Sequence[torch.Tensor]], vocab_size: int) -> tuple[torch.Tensor, ...]:
-    """Per position ``[B, V]`` from each row's list of ``[V]`` tensors; rows that ended hold NaN."""
+    """Per position ``[B, V]`` from each row's list of ``[V]`` tensors; rows that ended hold NaN.
+
+    The frames are float32 on the rows' device (the target's), as transformers returns its scores.
+    """
     width = max((len(r) for r in rows), default=0)
+    device = next((r[0].device for r in rows if r), torch.device("cpu"))
     out = []
     for j in range(width):
-        frame = torch.full((len(rows), vocab_size), float("nan"), dtype=torch.float32)  # [B, V]
+        frame = torch.full(
+            (len(rows), vocab_size), float("nan"), dtype=torch.float32, device=device
+        )  # [B, V]
         for b, row in enumerate(rows):
             if j < len(row):
                 frame[b] = row[j].to(torch.float32)

@@ -34,6 +34,6 @@ def seed_tensor(seeds: Sequence[int]) -> torch.Tensor:
 def draw_proposals(q_rows: torch.Tensor, seeds: Sequence[int], counters: Sequence[int]) -> torch.Tensor:
     """One draft per row: q_rows [B, V] probabilities, PROPOSAL counters [B] -> tokens [B] int64."""
     if q_rows.shape[0] == 0:
-        return torch.empty(0, dtype=torch.int64)
+        return torch.empty(0, dtype=torch.int64, device=q_rows.device)
     u = uniforms(seed_tensor(seeds), Stream.PROPOSAL, torch.tensor(list(counters), dtype=torch.int64))  # [B]
-    return inverse_cdf(q_rows, u).tokens  # [B]
+    return inverse_cdf(q_rows, u.to(q_rows.device)).tokens  # [B] on the rows' device
