@@ -146,17 +146,30 @@ def bench_sampler(
     warmup: int = typer.Option(3, min=0, help="Untimed repetitions before timing."),
     seed: int = typer.Option(0, help="Seed of the generated inputs."),
     threads: int | None = typer.Option(None, min=1, help="Torch intra-op threads for the run."),
+    device: str = typer.Option("cpu", help="Where the rows live: cpu, or cuda[:N] (synchronised timing)."),
     as_json: bool = typer.Option(True, "--json", help="Print JSON (the only output format)."),
 ) -> None:
     """Time the exact sampler against the minimum it must read and a full pass, in one run."""
+    from specround.bench.devices import bench_device
     from specround.bench.sampler_bench import run_sampler_bench
 
     del as_json
     sizes = _comma_list(batch_sizes, int, "--batch-sizes", "integers")
     if not sizes or min(sizes) < 1:
         raise typer.BadParameter("batch sizes must be >= 1", param_hint="--batch-sizes")
+    try:
+        bench_device(device)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--device") from None
     report = run_sampler_bench(
-        sizes, draft_len=draft_len, vocab=vocab, repeats=repeats, warmup=warmup, seed=seed, threads=threads
+        sizes,
+        draft_len=draft_len,
+        vocab=vocab,
+        repeats=repeats,
+        warmup=warmup,
+        seed=seed,
+        threads=threads,
+        device=device,
     )
     typer.echo(report.model_dump_json(indent=2))
 
@@ -206,10 +219,16 @@ def bench_controller(
     forward_ms: float = typer.Option(
         5.0, min=0.0, help="Simulated forward between pipelined steps, in ms (the write hides behind it)."
     ),
+    device: str = typer.Option("cpu", help="Where the engine's batch tensors live: cpu, or cuda[:N]."),
 ) -> None:
     """Time the round controller + durable publish per request-round on each log backend, and replay."""
     from specround.bench.controller_bench import API_NAMES, run_controller_bench
+    from specround.bench.devices import bench_device
 
+    try:
+        bench_device(device)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--device") from None
     sizes = _comma_list(batch_sizes, int, "--batch-sizes", "integers")
     api_list = _comma_list(apis, str, "--apis", "names")
     if not api_list or any(a not in API_NAMES for a in api_list):
@@ -229,6 +248,7 @@ def bench_controller(
         freeze_gc=gc_freeze,
         apis=api_list,
         forward_ms=forward_ms,
+        device=device,
         progress=lambda line: typer.echo(f"bench controller: {line}", err=True),
     )
     typer.echo(report.model_dump_json(indent=2))

@@ -28,6 +28,10 @@ repetition after warm-up repetitions, and summarised by medians:
     after an idle forward finds colder caches than one run back to back, and the comparison must not
     depend on that.
 
+Device: with ``device="cuda"`` the pool of synthetic rows lives on the accelerator, so each step reads the
+engine's batch tensors where a GPU engine keeps them (the gathers before the clock run there too) and its
+decision, tokens and K/V instruction come back to the host inside the timed step, as an engine's would.
+
 Garbage collection: Python's periodic full collections scan every object of the process (here about
 200k, almost all from importing torch, SQLAlchemy and pydantic), and the rounds' allocations decide how often
 they run. With ``freeze_gc`` the bench calls :func:`gc.freeze` once the cases are open -- what a serving
@@ -60,6 +64,7 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from specround.bench.devices import bench_device, device_name
 from specround.statemachine.controller import PendingStep, RoundController
 from specround.statemachine.forwarding_log import ForwardingLog
 from specround.statemachine.ports import EventLog, PublishOutcome, RoundPublication
@@ -164,6 +169,8 @@ class ControllerBenchReport(BaseModel):
     torch_threads: int
     gc_frozen: bool = False
     """Whether :func:`gc.freeze` moved the start-up heap out of the collector's way (see the module doc)."""
+    device: str = "cpu"
+    """Where the batch tensors lived: ``cpu``, or the accelerator's index and name (see the module doc)."""
     machine: str
     load_average: tuple[float, float, float]
     """The machine's 1/5/15-minute load when the run ended (other processes inflate wall times)."""
@@ -215,7 +222,7 @@ class _Rows:
     drafts: torch.Tensor
 
     @classmethod
-    def make(cls, draft_len: int, vocab: int, seed: int) -> _Rows:
+    def make(cls, draft_len: int, vocab: int, seed: int, device: torch.device) -> _Rows:
         gen = torch.Generator().manual_seed(seed)
         logits = 2.0 * torch.randn(_POOL, draft_len + 1, vocab, generator=gen, dtype=torch.float64)
         noise = 0.7 * torch.randn(_POOL, draft_len, vocab, generator=gen, dtype=torch.float64)
@@ -223,7 +230,7 @@ class _Rows:
         q = torch.softmax(logits[:, :draft_len] + noise, dim=-1)  # [N, K, V]
         flat = q.reshape(_POOL * draft_len, vocab)
         drafts = torch.multinomial(flat, 1, generator=gen).reshape(_POOL, draft_len)  # [N, K]
-        return cls(p=p, q=q, drafts=drafts)
+        return cls(p=p.to(device), q=q.to(device), drafts=drafts.to(device))
 
 
 @dataclass
@@ -250,7 +257,8 @@ class _Case:
         publish_before = self.log.publish_s
         wall = cpu = 0.0
         ctl = self.controller
-        lens = torch.full((self.batch_size,), self.rows.drafts.shape[1], dtype=torch.int64)  # [B]
+        device = self.rows.p.device
+        lens = torch.full((self.batch_size,), self.rows.drafts.shape[1], dtype=torch.int64, device=device)
         for _ in range(steps):
             picks = [(self.cursor + b) % _POOL for b in range(self.batch_size)]
             self.cursor = (self.cursor + self.batch_size) % _POOL
@@ -258,7 +266,7 @@ class _Case:
             if self.api != "pipelined" and self.forward_s:
                 time.sleep(self.forward_s)  # the same simulated forward, outside the clock, for every API
             if self.api == "pipelined":
-                at = torch.tensor(picks)
+                at = torch.tensor(picks, device=device)
                 drafts_t, q_t, p_t = self.rows.drafts[at], self.rows.q[at], self.rows.p[at]
                 start_wall, start_cpu = time.perf_counter(), time.process_time()
                 pending = ctl.submit_batch(self.request_ids, drafts_t, lens, q_t, p_t)
@@ -269,7 +277,7 @@ class _Case:
                 results = self.previous.wait().results() if self.previous is not None else []
                 self.previous = pending
             elif self.api == "batch":  # the engine's batch tensors, gathered before the clock starts
-                at = torch.tensor(picks)
+                at = torch.tensor(picks, device=device)
                 drafts_t, q_t, p_t = self.rows.drafts[at], self.rows.q[at], self.rows.p[at]
                 start_wall, start_cpu = time.perf_counter(), time.process_time()
                 results = ctl.step_batch(self.request_ids, drafts_t, lens, q_t, p_t).results()
@@ -440,6 +448,7 @@ def run_controller_bench(
     apis: Sequence[str] = ("batch",),
     progress: Callable[[str], None] | None = None,
     forward_ms: float = 5.0,
+    device: str = "cpu",
 ) -> ControllerBenchReport:
     """Time the controller on every backend and batch size, interleaved, in this process.
 
@@ -447,7 +456,9 @@ def run_controller_bench(
     None leaves torch's setting alone. ``freeze_gc`` freezes the start-up heap once the cases are open and
     unfreezes it at the end (a heap the caller froze already is left as it is). ``apis`` picks the step
     APIs (:data:`API_NAMES`); ``progress`` receives a line per finished repetition; ``forward_ms`` is the
-    simulated forward between pipelined steps.
+    simulated forward between pipelined steps. ``device`` is where the engine's batch tensors live
+    (``cpu`` or ``cuda[:N]``, refused with :class:`ValueError` when torch cannot use it): every step
+    reads its rows from there, and its tokens come back to the host as an engine's would.
     """
     if not batch_sizes or min(batch_sizes) < 1 or repeats < 1 or warmup < 0 or draft_len < 1 or vocab < 2:
         raise ValueError("need batch sizes >= 1, repeats >= 1, warmup >= 0, draft_len >= 1, vocab >= 2")
@@ -459,7 +470,8 @@ def run_controller_bench(
     froze_gc = freeze_gc and gc.get_freeze_count() == 0  # a heap frozen by the caller stays as it is
     if threads is not None:
         torch.set_num_threads(threads)
-    rows = _Rows.make(draft_len, vocab, seed)
+    on_device = bench_device(device)
+    rows = _Rows.make(draft_len, vocab, seed, on_device)
     run_id = uuid.uuid4().hex[:8]
     scratch = tempfile.TemporaryDirectory(prefix="specround-bench-")
     schema = None
@@ -522,6 +534,7 @@ def run_controller_bench(
             seed=seed,
             torch_threads=torch.get_num_threads(),
             gc_frozen=freeze_gc,
+            device=device_name(on_device),
             machine=platform.machine() or "unknown",
             load_average=os.getloadavg(),
             target_us_per_round=CONTROLLER_TARGET_US,

@@ -1,7 +1,8 @@
 """``specround bench sampler``: the exact sampler against the memory it must read, in one run.
 
-For each batch size B (K drafts, vocabulary V, float32 rows on CPU) these operations are timed, interleaved
-repetition by repetition after warm-up repetitions, and summarised by their medians:
+For each batch size B (K drafts, vocabulary V, float32 rows on CPU, or on the accelerator that ``device``
+names) these operations are timed, interleaved repetition by repetition after warm-up repetitions, and
+summarised by their medians:
 
 ``sampler``
     :func:`~specround.sampling.exact.decide` with the default ``validate="read"``.
@@ -36,6 +37,7 @@ on a machine shared with other work, one thread gives steadier medians.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import statistics
@@ -46,6 +48,7 @@ from functools import partial
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from specround.bench.devices import bench_device, device_name, synchronizer
 from specround.sampling.exact import decide
 from specround.sampling.fast_path import COMPILE_ENV
 from specround.sampling.op_count import count_tensor_ops
@@ -173,7 +176,7 @@ def _reference_passes(batch: SamplerBatch) -> dict[str, Callable[[], object]]:
     q_row = p_row.clamp(max=max(k_max - 1, 0))  # [B]
     p_flat = p.reshape(n_batch * (k_max + 1), vocab)
     q_flat = q.reshape(n_batch * k_max, vocab)
-    batch_index = torch.arange(n_batch)
+    batch_index = torch.arange(n_batch, device=p.device)
     p_index = batch_index * (k_max + 1) + p_row  # [B]
     q_index = batch_index * k_max + q_row  # [B]
     gather_index = ids.clamp_min(0)[:, :, None]  # [B, K, 1]
@@ -205,25 +208,40 @@ def run_sampler_bench(
     warmup: int = 3,
     seed: int = 0,
     threads: int | None = None,
+    device: str = "cpu",
 ) -> SamplerBenchReport:
-    """Time the sampler and its reference passes for each batch size, interleaved, in this process."""
+    """Time the sampler and its reference passes for each batch size, interleaved, in this process.
+
+    ``device`` is where the rows live (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...); a device torch cannot
+    use is refused with :class:`ValueError` before anything is timed.
+    """
     if not batch_sizes or min(batch_sizes) < 1 or repeats < 1 or warmup < 0 or vocab < 1 or draft_len < 0:
         raise ValueError("need batch sizes >= 1, repeats >= 1, warmup >= 0, vocab >= 1, draft_len >= 0")
     if threads is not None and threads < 1:
         raise ValueError("threads must be >= 1")
+    where = bench_device(device)
     previous_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     compiled = os.environ.get(COMPILE_ENV) == "1"
     try:
         os.environ[COMPILE_ENV] = "0"
-        return _run(list(batch_sizes), draft_len, vocab, repeats, warmup, seed, compiled=compiled)
+        return _run(
+            list(batch_sizes), draft_len, vocab, repeats, warmup, seed, compiled=compiled, device=where
+        )
     finally:
         torch.set_num_threads(previous_threads)
         if compiled:
             os.environ[COMPILE_ENV] = "1"
         else:
             os.environ.pop(COMPILE_ENV, None)
+
+
+def _on_device(batch: SamplerBatch, device: torch.device) -> SamplerBatch:
+    """``batch`` with every tensor moved to ``device`` (the same object on the CPU)."""
+    if device.type == "cpu":
+        return batch
+    return SamplerBatch(**{f.name: getattr(batch, f.name).to(device) for f in dataclasses.fields(batch)})
 
 
 def _decide_compiled(batch: SamplerBatch) -> object:
@@ -244,13 +262,14 @@ def _run(
     seed: int,
     *,
     compiled: bool,
+    device: torch.device,
 ) -> SamplerBenchReport:
     """:func:`run_sampler_bench` with validated arguments and the thread count already set."""
     operations: dict[tuple[int, str], Callable[[], object]] = {}
     batches: dict[int, SamplerBatch] = {}
     compile_seconds: dict[int, float] = {}
     for size in batch_sizes:
-        batch = make_sampler_inputs(size, draft_len, vocab, seed=seed + size)
+        batch = _on_device(make_sampler_inputs(size, draft_len, vocab, seed=seed + size), device)
         batches[size] = batch
         if compiled:
             start = time.perf_counter()
@@ -262,10 +281,13 @@ def _run(
         for name, operation in _reference_passes(batch).items():
             operations[(size, name)] = operation
     samples: dict[tuple[int, str], list[float]] = {key: [] for key in operations}
+    synchronize = synchronizer(device)
     for repetition in range(warmup + repeats):
         for key, operation in operations.items():
+            synchronize()
             start = time.perf_counter()
             operation()
+            synchronize()
             elapsed = time.perf_counter() - start
             if repetition >= warmup:
                 samples[key].append(elapsed * 1e3)
@@ -312,10 +334,10 @@ def _run(
         "largest_b_ratio": largest.sampler_over_minimum_read <= SAMPLER_TARGET_RATIO,
     }
     single = [case for case in cases if case.batch_size == 1]
-    if single:
+    if single and device.type == "cpu":
         targets["b1_ms"] = single[0].sampler_ms <= SAMPLER_TARGET_B1_MS
     return SamplerBenchReport(
-        device="cpu",
+        device=device_name(device),
         dtype="float32",
         draft_len=draft_len,
         vocab=vocab,

@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from specround.bench.controller_bench import (
@@ -164,3 +165,28 @@ def test_controller_bench_times_the_pipelined_step() -> None:
         assert case.forward_ms == 0.0
         assert case.durable_us_per_round > 0  # the writer's time in publish, off the critical path
         assert case.mean_emitted >= 1  # every pipelined round was waited for and published
+
+
+def test_controller_bench_names_its_device_and_refuses_one_it_cannot_use() -> None:
+    report = run_controller_bench((2,), rounds_per_repetition=2, repeats=1, warmup=0, vocab=16, device="cpu")
+    assert report.device == "cpu"
+    with pytest.raises(ValueError, match="'cpu' or"):
+        run_controller_bench((2,), rounds_per_repetition=2, repeats=1, warmup=0, vocab=16, device="meta")
+    if not torch.cuda.is_available():
+        result = CliRunner().invoke(app, ["bench", "controller", "--device", "cuda", "--batch-sizes", "2"])
+        assert result.exit_code != 0 and "no CUDA device" in result.output
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_controller_bench_steps_on_cuda_tensors() -> None:
+    report = run_controller_bench(
+        (1, 4),
+        rounds_per_repetition=8,
+        repeats=1,
+        warmup=0,
+        vocab=16,
+        device="cuda",
+        apis=("batch", "pipelined"),
+    )
+    assert report.device.startswith("cuda:0")
+    _check(report, {"memory", "sqlite"}, (1, 4), 8)

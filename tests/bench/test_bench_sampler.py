@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+import torch
 from typer.testing import CliRunner
 
+from specround.bench.devices import bench_device
 from specround.bench.sampler_bench import SamplerBenchReport, make_sampler_inputs, run_sampler_bench
 from specround.cli import app
 from specround.sampling.exact import decide
@@ -96,3 +99,35 @@ def test_inputs_are_seeded_and_valid() -> None:
 def test_function_runs_without_drafts() -> None:
     report = run_sampler_bench([2], draft_len=0, vocab=64, repeats=1, warmup=0)
     assert report.cases[0].terminal_counts["bonus"] == 2
+
+
+def test_device_names_are_checked_before_anything_is_timed() -> None:
+    assert bench_device("cpu") == torch.device("cpu")
+    for bad, reason in (("tpu", "unknown device"), ("not a device", "unknown device"), ("meta", "'cpu' or")):
+        with pytest.raises(ValueError, match=reason):
+            bench_device(bad)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            bench_device("cuda")
+        result = CliRunner().invoke(app, ["bench", "sampler", "--device", "cuda", "--vocab", "64"])
+        assert result.exit_code != 0 and "no CUDA device" in result.output
+
+
+def test_an_explicit_cpu_device_is_the_default_run() -> None:
+    report = run_sampler_bench([2], draft_len=2, vocab=64, repeats=1, warmup=0, device="cpu")
+    assert report.device == "cpu" and "b1_ms" not in report.targets  # B = 1 not measured here
+    single = run_sampler_bench([1], draft_len=2, vocab=64, repeats=1, warmup=0, device="cpu")
+    assert "b1_ms" in single.targets
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_bench_runs_on_cuda_with_the_cpu_decision() -> None:
+    report = run_sampler_bench([1, 3], draft_len=3, vocab=500, repeats=2, warmup=1, device="cuda")
+    assert report.device.startswith("cuda:0") and "b1_ms" not in report.targets  # the B = 1 target is CPU's
+    cpu = run_sampler_bench([1, 3], draft_len=3, vocab=500, repeats=1, warmup=0, device="cpu")
+    for on_gpu, on_cpu in zip(report.cases, cpu.cases, strict=True):
+        # The same seeded inputs decide the same way on either device.
+        assert on_gpu.terminal_counts == on_cpu.terminal_counts
+        # The mean of the same accepted counts, reduced on either device (float64, a few ulp apart).
+        assert on_gpu.mean_accepted == pytest.approx(on_cpu.mean_accepted, rel=1e-12)
+        assert on_gpu.sampler_ms > 0 and on_gpu.sampler_ops > 0
