@@ -172,7 +172,7 @@ def _reference_passes(batch: SamplerBatch) -> dict[str, Callable[[], object]]:
     n_batch, k_max = ids.shape
     vocab = p.shape[2]
     decision = decide(batch)
-    p_row = decision.terminal_row.clamp_min(0)  # [B] the row each request's terminal draw reads
+    p_row = decision.terminal_row.clamp_min(0).to(p.device)  # [B] the row each request's terminal draw reads
     q_row = p_row.clamp(max=max(k_max - 1, 0))  # [B]
     p_flat = p.reshape(n_batch * (k_max + 1), vocab)
     q_flat = q.reshape(n_batch * k_max, vocab)

@@ -63,9 +63,12 @@ from specround.errors import (
     ShapeMismatchError,
 )
 from specround.sampling.fast_path import (
+    DeviceBlocks,
     HostBatch,
     HostSeams,
+    IntArray,
     decide_on_host,
+    device_host_batch,
     host_batch,
     structure_is_valid_on_host,
 )
@@ -408,6 +411,76 @@ def _block_reader(
     return read
 
 
+def _device_terminal_blocks(
+    batch: SamplerBatch, p_index: IntArray, q_index: IntArray, with_stats: bool
+) -> DeviceBlocks:
+    """The terminal pass of the fast path for rows on an accelerator, as the reference takes it there.
+
+    ``p_index`` [N] and ``q_index`` [C] are flat rows of p and q (the first C rows are corrections). One
+    copy brings the indices to the device; there the rows are gathered whole (the reference's single chunk
+    off the CPU), their sums and minima taken, the residual formed by :func:`_terminal_mass_` and summed in
+    float64 blocks of :func:`block_width` columns, as :func:`_block_sums_pass` sums them; one copy brings
+    the block sums and statistics back. The row sums are accumulated in float64 here: they only gate the
+    fast path, whose tolerance keeps a margin for the order of a sum. The search then reads one block per
+    row (:func:`_device_block_reader`).
+    """
+    p, device = batch.p, batch.p.device
+    vocab, n_rows = p.shape[2], p_index.shape[0]
+    width = block_width(vocab)
+    index = torch.from_numpy(np.concatenate((p_index, q_index))).to(device)  # [N + C], one copy
+    p_flat, q_flat = p.reshape(-1, vocab), batch.q.reshape(-1, vocab)
+    p_rows, q_rows = torch.split(index, [n_rows, int(q_index.shape[0])])
+    p_part = p_flat.index_select(0, p_rows)  # [N, V] a fresh copy
+    q_part = q_flat.index_select(0, q_rows)  # [C, V]
+    parts = []
+    if with_stats:  # N + C sums, then N + C minima
+        minima = torch.cat((p_part.amin(1), q_part.amin(1))).to(_F64)
+        parts = [p_part.sum(1, dtype=_F64), q_part.sum(1, dtype=_F64), minima]
+    mass = _pad_to_blocks(_terminal_mass_(p_part, q_part), width)  # [N, nB * BS] (p_part overwritten)
+    sums = mass.view(n_rows, -1, width).sum(-1)  # [N, nB] float64
+    host = torch.cat([sums.view(-1), *parts]).cpu().numpy()  # one copy
+    n_sums = n_rows * sums.shape[1]
+    stats = None
+    if with_stats:
+        totals, minima_host = np.split(host[n_sums:], 2)
+        stats = (totals, minima_host)  # p rows then q rows, as the host pass orders them
+    block_values = _device_block_reader(p_flat, q_flat, p_index, q_index, width)
+    return DeviceBlocks(block_sums=host[:n_sums].reshape(n_rows, -1), stats=stats, block_values=block_values)
+
+
+def _device_block_reader(
+    p_flat: torch.Tensor, q_flat: torch.Tensor, p_index: IntArray, q_index: IntArray, width: int
+) -> Callable[[IntArray], npt.NDArray[np.float64]]:
+    """``block [N] -> [N, BS]`` float64 terminal mass of that block of each row, read on the rows' device.
+
+    The values of :func:`_block_reader` (the residual by :func:`_terminal_mass_`, zero past V): the
+    element indices are formed on the host, copied over once, and the entries taken there.
+    """
+    vocab = p_flat.shape[1]
+    n_correction = q_index.shape[0]
+    columns = np.arange(width)
+
+    def read(block: IntArray) -> npt.NDArray[np.float64]:
+        cols = block[:, None] * width + columns[None, :]  # [N, BS]
+        safe = np.minimum(cols, vocab - 1)
+        flat = np.concatenate(
+            (
+                (p_index[:, None] * vocab + safe).ravel(),
+                (q_index[:, None] * vocab + safe[:n_correction]).ravel(),
+            )
+        )
+        at_p, at_q = torch.split(
+            torch.from_numpy(flat).to(p_flat.device), [int(cols.size), n_correction * width]
+        )
+        p_vals, q_vals = p_flat.take(at_p), q_flat.take(at_q)  # [N * BS], [C * BS]: rows one after another
+        # _terminal_mass_ on the flat rows (the corrections' rows first); widening is exact on either side.
+        p_vals[: q_vals.shape[0]].sub_(q_vals).clamp_min_(0.0)
+        values = p_vals.to(device="cpu", dtype=_F64).numpy().reshape(cols.shape)  # [N, BS]
+        return np.where(cols < vocab, values, 0.0)
+
+    return read
+
+
 def _check_terminal_rows(
     batch: SamplerBatch, rows: _TerminalRows, p_stats: RowStatistics, q_stats: RowStatistics
 ) -> None:
@@ -589,7 +662,15 @@ def decide(batch: SamplerBatch, *, validate: ValidationMode = "read") -> Sampler
     mode = _check_mode(validate)
     host = _check_structure(batch)
     with torch.no_grad():
-        accept_uniforms, terminal_uniforms = round_uniforms(batch)
+        if isinstance(host, HostBatch) and host.seeds is not None:  # an accelerator's batch, on the host
+            drawn = round_uniforms_host(
+                host.seeds, host.accept_counters, host.terminal_counters, batch.draft_ids.shape[1]
+            )  # [B, K+1]: the same Philox values
+            k_max = batch.draft_ids.shape[1]
+            accept_uniforms = torch.from_numpy(drawn[:, :k_max].copy())
+            terminal_uniforms = torch.from_numpy(drawn[:, k_max].copy())
+        else:
+            accept_uniforms, terminal_uniforms = round_uniforms(batch)
         return _decide(batch, host, accept_uniforms, terminal_uniforms, mode)
 
 
@@ -618,8 +699,10 @@ def _check_structure(batch: SamplerBatch) -> HostBatch | ScalarBatch | None:
 
     A CPU batch whose values pass the host check is accepted without a tensor op: a small batch (``B * (K
     + 1) <= SCALAR_LIMIT``) gets its Python lists for the scalar control, a larger one its numpy views for
-    the fast path. Any other batch goes through the full check, which raises the named error, and gets
-    ``None``.
+    the fast path. A batch on an accelerator copies its integers to the host once
+    (:func:`~specround.sampling.fast_path.device_host_batch`) and, when they pass, takes the fast path's
+    control on the host with its rows read on the device. Any other batch goes through the full check,
+    which raises the named error, and gets ``None``.
     """
     check_batch_shapes(batch)
     if batch.p.device.type == "cpu":
@@ -632,6 +715,10 @@ def _check_structure(batch: SamplerBatch) -> HostBatch | ScalarBatch | None:
             host = host_batch(batch)
             if structure_is_valid_on_host(host):
                 return host
+    else:
+        on_device = device_host_batch(batch)
+        if structure_is_valid_on_host(on_device):
+            return on_device
     check_batch_structure(batch)
     return None
 
@@ -651,6 +738,7 @@ def _decide(
             check_all_rows=check_all_rows,
             block_width=block_width,
             degenerate_tolerance=degenerate_residual_tolerance,
+            device_blocks=_device_terminal_blocks,
         )
         if isinstance(host, ScalarBatch):
             decision = decide_with_scalars(
@@ -660,7 +748,8 @@ def _decide(
             decision = decide_on_host(batch, host, accept_uniforms, terminal_uniforms, mode, seams)
         if decision is not None:
             return decision
-    return _decide_reference(batch, accept_uniforms, terminal_uniforms, mode)
+    device = batch.p.device  # uniforms drawn on the host for an accelerator's batch are read there
+    return _decide_reference(batch, accept_uniforms.to(device), terminal_uniforms.to(device), mode)
 
 
 def _decide_reference(

@@ -46,13 +46,16 @@ from specround.sampling.validation import ValidationMode, normalisation_toleranc
 
 __all__ = [
     "COMPILE_ENV",
+    "DeviceBlocks",
     "HostBatch",
     "HostDraw",
     "HostSeams",
     "decide_on_host",
+    "device_host_batch",
     "few_terminal_draws",
     "host_array",
     "host_batch",
+    "host_floats",
     "search_host",
     "structure_is_valid_on_host",
     "terminal_draws",
@@ -78,16 +81,25 @@ def host_array(tensor: torch.Tensor) -> npt.NDArray[Any]:
 
 @dataclass(frozen=True, slots=True)
 class HostBatch:
-    """Numpy views of a CPU batch's tensors (made once per decision)."""
+    """Numpy views of a CPU batch's tensors (made once per decision), or host copies of an accelerator's.
 
-    p: npt.NDArray[Any]
-    q: npt.NDArray[Any]
+    For a batch on an accelerator (:func:`device_host_batch`) ``p`` and ``q`` are ``None``: its rows stay
+    where they are and the decision reads them there, while its integers come to the host in one copy.
+    """
+
+    p: npt.NDArray[Any] | None
+    """[B, K+1, V] view of a CPU batch's p; None when the rows are on an accelerator."""
+    q: npt.NDArray[Any] | None
+    """[B, K, V] view of a CPU batch's q; None when the rows are on an accelerator."""
+    vocab: int
     draft_ids: IntArray
     draft_lens: IntArray
     stop_ids: IntArray
     remaining: IntArray
     accept_counters: list[int]
     terminal_counters: list[int]
+    seeds: list[int] | None = None
+    """The request seeds (read only for an accelerator's batch, whose uniforms are drawn on the host)."""
 
 
 def host_batch(batch: SamplerBatch) -> HostBatch:
@@ -95,6 +107,7 @@ def host_batch(batch: SamplerBatch) -> HostBatch:
     return HostBatch(
         p=host_array(batch.p),
         q=host_array(batch.q),
+        vocab=batch.p.shape[2],
         draft_ids=batch.draft_ids.numpy(),
         draft_lens=batch.draft_lens.numpy(),
         stop_ids=batch.stop_ids.numpy(),
@@ -102,6 +115,46 @@ def host_batch(batch: SamplerBatch) -> HostBatch:
         accept_counters=batch.accept_counters.tolist(),
         terminal_counters=batch.terminal_counters.tolist(),
     )
+
+
+def device_host_batch(batch: SamplerBatch) -> HostBatch:
+    """:class:`HostBatch` of a batch on an accelerator whose shapes were checked: its integers in ONE copy.
+
+    The draft ids, lengths, stop ids, budgets, seeds and RNG counters (all int64 there) are joined into one
+    flat tensor on the device and copied to the host once; ``p`` and ``q`` stay on the device (``None``).
+    """
+    parts = (
+        batch.draft_ids,
+        batch.draft_lens,
+        batch.stop_ids,
+        batch.remaining,
+        batch.seeds,
+        batch.accept_counters,
+        batch.terminal_counters,
+    )
+    flat_parts = [part if part.dim() == 1 else part.reshape(-1) for part in parts]
+    flat = torch.cat(flat_parts).cpu().numpy()  # one device-to-host copy
+    ends = np.cumsum([part.numel() for part in parts])
+    ids, lens, stops, remaining, seeds, accept, terminal = np.split(flat, ends[:-1])
+    return HostBatch(
+        p=None,
+        q=None,
+        vocab=batch.p.shape[2],
+        draft_ids=ids.reshape(batch.draft_ids.shape),
+        draft_lens=lens,
+        stop_ids=stops.reshape(batch.stop_ids.shape),
+        remaining=remaining,
+        accept_counters=accept.tolist(),
+        terminal_counters=terminal.tolist(),
+        seeds=seeds.tolist(),
+    )
+
+
+def host_floats(tensor: torch.Tensor) -> npt.NDArray[Any]:
+    """A numpy array of a tensor's values: a view on the CPU, a copy of an accelerator's."""
+    if tensor.device.type == "cpu":
+        return host_array(tensor)
+    return tensor.detach().cpu().numpy()
 
 
 _INT64_MAX = 2**63 - 1
@@ -113,7 +166,7 @@ def structure_is_valid_on_host(host: HostBatch) -> bool:
     The same conditions evaluated with numpy (no tensor op); ``False`` means the caller runs the full
     check, which raises the named error.
     """
-    k_max, vocab = host.q.shape[1], host.p.shape[2]
+    k_max, vocab = host.draft_ids.shape[1], host.vocab
     lens, ids, stop_ids = host.draft_lens, host.draft_ids, host.stop_ids
     if lens.size == 0:
         return True
@@ -241,6 +294,21 @@ class HostSeams:
     check_all_rows: Callable[[SamplerBatch], None]
     block_width: Callable[[int], int]
     degenerate_tolerance: Callable[[torch.dtype], float]
+    device_blocks: Callable[[SamplerBatch, IntArray, IntArray, bool], DeviceBlocks]
+    """The terminal pass of an accelerator's batch, on the device (see :class:`DeviceBlocks`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceBlocks:
+    """The terminal pass of rows that live on an accelerator, brought to the host as the search needs it.
+
+    ``block_sums`` [N, nB] float64 and the row statistics arrive in one copy; ``block_values(block [N])``
+    reads one block of each row's float64 terminal mass from the device when the search asks for it.
+    """
+
+    block_sums: FloatArray
+    stats: RowStats | None
+    block_values: Callable[[IntArray], FloatArray]
 
 
 def _in_stop_set(tokens: IntArray, stop_sets: IntArray) -> BoolArray:
@@ -266,16 +334,19 @@ def decide_on_host(
         seams.check_all_rows(batch)
     n_batch, k_max = batch.draft_ids.shape
     ids, lens, remaining, stop_ids = host.draft_ids, host.draft_lens, host.remaining, host.stop_ids
-    u = host_array(accept_uniforms)  # [B, K]
-    u_terminal = host_array(terminal_uniforms)  # [B]
+    u = host_floats(accept_uniforms)  # [B, K]
+    u_terminal = host_floats(terminal_uniforms)  # [B]
     positions = np.arange(k_max)
     within = positions[None, :] < lens[:, None]  # [B, K]
 
     # Gathered draft probabilities p_i(d_i), q_i(d_i) in float64 (widening is exact).
-    batch_index = np.arange(n_batch)[:, None]
-    safe_ids = np.maximum(ids, 0)
-    p_at = host.p[batch_index, positions[None, :], safe_ids].astype(_F64)  # [B, K]
-    q_at = host.q[batch_index, positions[None, :], safe_ids].astype(_F64)  # [B, K]
+    if host.p is None or host.q is None:  # rows on an accelerator: gathered there, one copy back
+        p_at, q_at = _gathered_on_device(batch)
+    else:
+        batch_index = np.arange(n_batch)[:, None]
+        safe_ids = np.maximum(ids, 0)
+        p_at = host.p[batch_index, positions[None, :], safe_ids].astype(_F64)  # [B, K]
+        q_at = host.q[batch_index, positions[None, :], safe_ids].astype(_F64)  # [B, K]
     p_draft = np.where(within, p_at, 0.0)
     q_draft = np.where(within, q_at, 1.0)
     # Padding holds 0 and 1, which pass: every drafted p(d) in [0, inf) and q(d) in (0, inf), NaN failing.
@@ -285,7 +356,8 @@ def decide_on_host(
         return None
 
     # Acceptance tests (the one written rule, as torch ops) and the leading accepted run A.
-    tested = seams.accepts(accept_uniforms, torch.from_numpy(p_draft), torch.from_numpy(q_draft))
+    u_tensor = accept_uniforms if accept_uniforms.device.type == "cpu" else torch.from_numpy(u)
+    tested = seams.accepts(u_tensor, torch.from_numpy(p_draft), torch.from_numpy(q_draft))
     accepted_tests = host_array(tested) & within
     n_accepted = np.cumprod(accepted_tests, axis=1, dtype=np.int64).sum(1)  # [B] A
 
@@ -365,6 +437,16 @@ def decide_on_host(
         stopped_by_token=tensor(stopped_by_token),
         degenerate_correction=tensor(np.zeros(n_batch, dtype=np.bool_)),
     )
+
+
+def _gathered_on_device(batch: SamplerBatch) -> tuple[FloatArray, FloatArray]:
+    """``p_i(d_i)`` and ``q_i(d_i)`` [B, K] in float64, gathered on the rows' device and copied back once."""
+    k_max = batch.draft_ids.shape[1]
+    safe_ids = batch.draft_ids.clamp_min(0).unsqueeze(2)  # [B, K, 1]
+    p_at, q_at = batch.p.narrow(1, 0, k_max).gather(2, safe_ids), batch.q.gather(2, safe_ids)  # [B, K, 1]
+    both = torch.cat((p_at, q_at), dim=1).view(batch.draft_ids.shape[0], 2 * k_max)  # [B, 2K]
+    values = both.to(device="cpu", dtype=torch.float64).numpy()  # one copy; widening is exact
+    return values[:, :k_max], values[:, k_max:]
 
 
 COMPILE_ENV = "SPECROUND_SAMPLER_COMPILE"
@@ -594,45 +676,57 @@ def terminal_draws(
     p_index = rows * (k_max + 1) + a_rows  # [N] flat rows of p
     q_index = rows[:n_correction] * k_max + a_rows[:n_correction]  # [C] flat rows of q
     width = seams.block_width(vocab)
-    if os.environ.get(COMPILE_ENV) == "1":
-        mass, stats = _terminal_mass_torch(batch, p_index, q_index, width, with_stats=mode == "read")
+    with_stats = mode == "read"
+    if host.p is None or host.q is None:  # rows on an accelerator: the pass runs there
+        blocks = seams.device_blocks(batch, p_index, q_index, with_stats)
+        block_sums, stats, block_values = blocks.block_sums, blocks.stats, blocks.block_values
     else:
-        mass, stats = _terminal_mass_host(host.p, host.q, p_index, q_index, width, with_stats=mode == "read")
+        if os.environ.get(COMPILE_ENV) == "1":
+            mass, stats = _terminal_mass_torch(batch, p_index, q_index, width, with_stats=with_stats)
+        else:
+            mass, stats = _terminal_mass_host(host.p, host.q, p_index, q_index, width, with_stats=with_stats)
+        block_sums, block_values = _host_blocks(mass, n_rows, width)
     if stats is not None:
         totals, minima = stats
         tolerance = normalisation_tolerance(p.dtype, vocab) * _TOLERANCE_MARGIN
         # A NaN minimum or a non-finite sum fails its test; the reference path then names the error.
         if not (np.abs(totals - 1.0).max() <= tolerance and minima.min() >= 0):
             return None
-    draw = _draw_from_mass(mass, n_rows, n_correction, width, p.dtype, u_terminal[rows], seams)
+    draw = _draw_from_blocks(block_sums, block_values, n_correction, p.dtype, u_terminal[rows], seams)
     return None if draw is None else (rows, draw)
 
 
-def _draw_from_mass(
-    mass: npt.NDArray[Any],
-    n_rows: int,
-    n_correction: int,
-    width: int,
-    dtype: torch.dtype,
-    u_rows: FloatArray,
-    seams: HostSeams,
-) -> HostDraw | None:
-    """Block sums of the checked terminal mass [N, nB * BS], the degenerate test, then the host search.
-
-    ``None`` when a correction's residual is degenerate (the reference path redraws it from p).
-    """
+def _host_blocks(
+    mass: npt.NDArray[Any], n_rows: int, width: int
+) -> tuple[FloatArray, Callable[[IntArray], FloatArray]]:
+    """Float64 block sums [N, nB] of the host terminal mass [N, nB * BS] (zero past V), and a block reader."""
     blocks = torch.from_numpy(mass).view(n_rows, -1, width)  # [N, nB, BS], zero past V
     block_sums = host_array(blocks.sum(-1, dtype=torch.float64))  # [N, nB] (widening first for float32)
-    if n_correction:
-        residual = np.cumsum(block_sums[:n_correction], axis=1)[:, -1]  # summed as the search sums it
-        if (residual <= seams.degenerate_tolerance(dtype)).any():
-            return None  # a degenerate correction: the reference path redraws it from p
-    mass_host = mass.reshape(n_rows, -1, width)  # [N, nB, BS] the terminal mass in the rows' dtype
+    mass_host = mass.reshape(n_rows, -1, width)  # [N, nB, BS] the terminal mass
     index = np.arange(n_rows)
 
     def block_values(block: IntArray) -> FloatArray:
         return np.asarray(mass_host[index, block].astype(_F64))  # [N, BS]
 
+    return block_sums, block_values
+
+
+def _draw_from_blocks(
+    block_sums: FloatArray,
+    block_values: Callable[[IntArray], FloatArray],
+    n_correction: int,
+    dtype: torch.dtype,
+    u_rows: FloatArray,
+    seams: HostSeams,
+) -> HostDraw | None:
+    """The degenerate test of the checked terminal mass's block sums [N, nB], then the host search.
+
+    ``None`` when a correction's residual is degenerate (the reference path redraws it from p).
+    """
+    if n_correction:
+        residual = np.cumsum(block_sums[:n_correction], axis=1)[:, -1]  # summed as the search sums it
+        if (residual <= seams.degenerate_tolerance(dtype)).any():
+            return None  # a degenerate correction: the reference path redraws it from p
     return seams.search(block_sums, u_rows, block_values)
 
 
@@ -678,5 +772,6 @@ def few_terminal_draws(
         if not (all(abs(t - 1.0) <= tolerance for t in totals) and all(m >= 0 for m in minima)):
             return None
     u_rows = np.array([u_terminal[b] for b in rows], dtype=np.float64)
-    draw = _draw_from_mass(mass, n_rows, n_correction, width, batch.p.dtype, u_rows, seams)
+    block_sums, block_values = _host_blocks(mass, n_rows, width)
+    draw = _draw_from_blocks(block_sums, block_values, n_correction, batch.p.dtype, u_rows, seams)
     return None if draw is None else (rows, draw)

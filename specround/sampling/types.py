@@ -91,6 +91,9 @@ class SamplerBatch:
 class SamplerDecision:
     """What the exact sampler decided for each request of a batch, with the evidence an audit needs.
 
+    Its tensors are on the host when the decision was taken there (every CPU batch, and an accelerator's
+    batch on the fast path, whose control runs on the host), else on the batch's device.
+
     RNG accounting: request ``b`` used ACCEPT counters ``accept_counters[b] + [0, accept_draws[b])`` and,
     when ``terminal_draws[b] == 1``, TERMINAL counter ``terminal_counters[b]``. Successor counters are the
     inputs plus these draw counts.

@@ -246,7 +246,11 @@ def _check_batch_values(batch: SamplerBatch) -> None:
 def check_uniform_shapes(
     batch: SamplerBatch, accept_uniforms: torch.Tensor, terminal_uniforms: torch.Tensor
 ) -> None:
-    """Uniform tensors must be float64 ``[B, K]`` and ``[B]`` on the batch's device (ShapeMismatchError)."""
+    """Uniform tensors must be float64 ``[B, K]`` and ``[B]`` on the batch's device or on the host.
+
+    Host uniforms for an accelerator's batch are what its fast path reads (no copy there and back).
+    Raises :class:`ShapeMismatchError` otherwise.
+    """
     n_batch, k_max = batch.draft_ids.shape
     for name, tensor, expected in (
         ("accept_uniforms", accept_uniforms, (n_batch, k_max)),
@@ -256,7 +260,7 @@ def check_uniform_shapes(
             raise ShapeMismatchError(f"{name} must have shape {expected}, got {tuple(tensor.shape)}")
         if tensor.dtype != torch.float64:
             raise ShapeMismatchError(f"{name} must be float64, got {tensor.dtype}")
-        if tensor.device != batch.p.device:
+        if tensor.device != batch.p.device and tensor.device.type != "cpu":
             raise ShapeMismatchError(f"{name} is on {tensor.device} but p is on {batch.p.device}")
 
 

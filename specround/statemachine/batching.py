@@ -251,15 +251,16 @@ def terminal_probabilities(
     Returns two float64 [B] tensors.
     """
     n, k_max = batch.draft_ids.shape
-    index = torch.arange(n, device=batch.p.device)  # [B]
+    device = batch.p.device  # a decision taken on the host for an accelerator's rows is indexed there
+    index = torch.arange(n, device=device)  # [B]
     counts = decision.emitted.clamp_min(1)  # [B]
-    last = decision.output_ids.gather(1, (counts - 1)[:, None]).squeeze(1).clamp_min(0)  # [B]
-    rows = decision.terminal_row.clamp_min(0)  # [B]
+    last = decision.output_ids.gather(1, (counts - 1)[:, None]).squeeze(1).clamp_min(0).to(device)  # [B]
+    rows = decision.terminal_row.clamp_min(0).to(device)  # [B]
     p_t = batch.p[index, rows, last].to(torch.float64)  # [B]
     if k_max == 0:
         return p_t, torch.zeros_like(p_t)
     q_t = batch.q[index, rows.clamp_max(k_max - 1), last].to(torch.float64)  # [B]
-    q_t = torch.where(decision.terminal == int(TerminalKind.CORRECTION), q_t, 0.0)
+    q_t = torch.where(decision.terminal.to(device) == int(TerminalKind.CORRECTION), q_t, 0.0)
     return p_t, q_t
 
 

@@ -66,6 +66,8 @@ from specround.statemachine.writer import RoundKey, WriteKey
 
 __all__ = ["Step", "StepFsm", "StepSettings", "refused_result"]
 
+_HOST = torch.device("cpu")
+
 
 @dataclass(frozen=True, slots=True)
 class StepSettings:
@@ -552,7 +554,7 @@ class Step:
             [state.rng.terminal for state in states],
             [len(rnd.draft_ids) for rnd in group],
             batch.draft_ids.shape[1],
-            batch.p.device,
+            _HOST,  # the decision's control runs on the host, an accelerator's batch included
         )
         if drawn is None:  # counters near the int64 end: let the sampler draw them
             return decide(batch, validate=validate)

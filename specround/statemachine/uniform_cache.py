@@ -4,8 +4,10 @@ A uniform is a pure function of ``(seed, stream, counter)`` (:mod:`specround.sam
 ACCEPT and TERMINAL counters only move forward by a few draws per round. So instead of running Philox for the
 ``K + 1`` uniforms of every round (about 150 tensor ops, the largest fixed cost of a small step), the
 controller computes the next :data:`ACCEPT_WINDOW` ACCEPT and :data:`WINDOW` TERMINAL uniforms of a request at
-once and serves the following rounds from those windows; a step refills, in one batched Philox call, only the
-windows that do not cover its rounds. The decision is then
+once and serves the following rounds from those windows; a step refills, in one batched Philox evaluation on
+the host (:func:`~specround.sampling.rng.uniforms_host`, the same values bit for bit), only the windows that
+do not cover its rounds. The uniforms are handed to the sampler as host tensors, whatever device the rows are
+on: the decision's control runs on the host. The decision is then
 :func:`~specround.sampling.exact.decide_from_uniforms` on exactly the values
 :func:`~specround.sampling.exact.round_uniforms` would have produced for the tests a round can reach (the
 uniforms of positions beyond a request's draft length, which no test reads, are NaN).
@@ -16,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from specround.sampling.rng import uniforms
+from specround.sampling.rng import uniforms_host
 from specround.sampling.types import Stream
 
 __all__ = ["ACCEPT_WINDOW", "WINDOW", "UniformWindow", "batch_uniforms"]
@@ -28,8 +31,8 @@ WINDOW = 64
 must hold the ACCEPT uniforms of."""
 ACCEPT_WINDOW = 4 * WINDOW
 """ACCEPT uniforms precomputed per request: a round uses up to K of them, so this window lasts about as
-many rounds as the TERMINAL one at K = 4. A refill costs about as much whatever its width (Philox's cost
-is its ~150 tensor ops), so wider windows refill less often: 84 -> 25 us per round at B = 1."""
+many rounds as the TERMINAL one at K = 4. A refill's fixed cost (numpy's per-call overhead over Philox's
+rounds) dominates at this width, so wider windows refill less often."""
 
 _COUNTER_END = 2**63
 """Counters are int64: a window never reaches past this."""
@@ -54,22 +57,25 @@ class UniformWindow:
         return a >= 0 and a + draws <= len(self.accept) and 0 <= t < len(self.terminal)
 
 
-def _refill(
-    seeds: list[int], accept_starts: list[int], terminal_starts: list[int], device: torch.device
-) -> list[UniformWindow]:
-    """New windows for the given requests, from ONE batched Philox call."""
-    offsets = torch.arange(ACCEPT_WINDOW, dtype=torch.int64, device=device)  # [A]
-    starts = torch.tensor([accept_starts, terminal_starts], dtype=torch.int64, device=device)  # [2, R]
-    counters = torch.cat(
-        (starts[0][:, None] + offsets, starts[1][:, None] + offsets[:WINDOW]), dim=1
+_STREAMS = np.array([int(Stream.ACCEPT)] * ACCEPT_WINDOW + [int(Stream.TERMINAL)] * WINDOW, dtype=np.int64)
+"""[A + W] the stream of each window entry: ACCEPT then TERMINAL."""
+_OFFSETS = np.concatenate((np.arange(ACCEPT_WINDOW), np.arange(WINDOW))).astype(np.int64)
+"""[A + W] each window entry's counter offset from its stream's start."""
+
+
+def _refill(seeds: list[int], accept_starts: list[int], terminal_starts: list[int]) -> list[UniformWindow]:
+    """New windows for the given requests, from ONE batched Philox evaluation on the host.
+
+    :func:`~specround.sampling.rng.uniforms_host` gives the values of the torch Philox bit for bit, with no
+    tensor op (on an accelerator the torch form would be some 150 kernels per refill).
+    """
+    starts = np.where(
+        np.arange(ACCEPT_WINDOW + WINDOW) < ACCEPT_WINDOW,
+        np.array(accept_starts, dtype=np.int64)[:, None],
+        np.array(terminal_starts, dtype=np.int64)[:, None],
     )  # [R, A + W]
-    streams = torch.tensor(
-        [int(Stream.ACCEPT)] * ACCEPT_WINDOW + [int(Stream.TERMINAL)] * WINDOW,
-        dtype=torch.int64,
-        device=device,
-    )  # [A + W]
-    seed_t = torch.tensor(seeds, dtype=torch.int64, device=device)[:, None]  # [R, 1]
-    drawn = uniforms(seed_t, streams[None, :], counters).tolist()  # [R, A + W]
+    seed_a = np.array(seeds, dtype=np.int64)[:, None]  # [R, 1]
+    drawn = uniforms_host(seed_a, _STREAMS[None, :], starts + _OFFSETS).tolist()  # [R, A + W]
     return [
         UniformWindow(seed, a, row[:ACCEPT_WINDOW], t, row[ACCEPT_WINDOW:])
         for seed, a, t, row in zip(seeds, accept_starts, terminal_starts, drawn, strict=True)
@@ -109,7 +115,6 @@ def batch_uniforms(
             [seeds[b] for b in stale],
             [accept_counters[b] for b in stale],
             [terminal_counters[b] for b in stale],
-            device,
         )
         for b, window in zip(stale, fresh, strict=True):
             kept[b] = window
