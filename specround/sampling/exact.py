@@ -39,7 +39,11 @@ rows are read once in cache-sized chunks, and the tensor ops left are the accept
 float64 block sums (three compute ops, about 40 dispatched operators per decision, whatever B). It
 returns the same decision bit for bit; any refused value, or a degenerate correction, sends the batch to
 the reference path below (torch ops on the batch's device, computing the residual and its block sums in
-vocabulary chunks), which raises the named error or handles the case. The token is found by a two-level
+vocabulary chunks), which raises the named error or handles the case. A batch on an accelerator takes the
+same fast path with its rows left on the device: its integers are copied to the host once, the control runs
+there, and the gathers and the terminal pass run on the device with the reference's own operations (about
+30 kernels and five copies per decision, whatever B, against some 370 kernels for the reference there).
+The token is found by a two-level
 search (block sums, then a cumulative sum inside one block), run on the host by both paths. There is no
 Python loop over the batch or the draft positions.
 """

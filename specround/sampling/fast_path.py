@@ -1,4 +1,4 @@
-"""The exact sampler's fast path for CPU batches: the same decision with a small, fixed number of tensor ops.
+"""The exact sampler's fast path: the same decision with a small, fixed number of tensor ops.
 
 The decision of :mod:`specround.sampling.exact` has two kinds of work. Its *control* -- gathered draft
 probabilities, acceptance tests, the accepted run, stops and budgets, RNG accounting, the output layout --
@@ -16,6 +16,11 @@ ratio by ``accepts``, the residual as a correctly rounded subtraction in the row
 keeps a zero's sign as torch's does, block sums by the same torch reduction over the same float64 values,
 cumulative sums sequentially in float64), so the decision is identical bit for bit;
 ``tests/sampling/test_decision_fixture.py`` and ``tests/sampling/test_fast_path.py`` hold it to that.
+
+A batch on an accelerator takes the same control on the host: :func:`device_host_batch` copies its integers
+in one transfer, the draft probabilities are gathered on the device and copied back in one, and the terminal
+pass runs there (``HostSeams.device_blocks``) with the reference's operations, returning the float64 block
+sums and row statistics in one copy; the search then reads one block per row from the device.
 
 With ``SPECROUND_SAMPLER_COMPILE=1`` the terminal pass runs as torch ops instead (two gathers, then the row
 checks and the residual fused by ``torch.compile``), with the same values.
