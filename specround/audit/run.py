@@ -6,18 +6,25 @@ as the controller does (INV-1, INV-3..INV-6, INV-8 — a sequence it refuses is 
 replayed state must equal the head's state digest, generation and finished flag (INV-8); and every round's
 decision is re-derived from the logged values and the counter-based RNG (INV-10, INV-2;
 :mod:`specround.audit.decision_audit`).
+
+A request's events are streamed once: the chain check
+(:class:`~specround.statemachine.chain_verification.ChainCheck`) judges each event as replay takes it and
+keeps only its links, so the audit holds no more of a request's events than replay's round in flight (and
+the events replay refused to go on with are read to their end for the chain check alone). The head is read
+after the events, and the findings are reported in the order of the checks above.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import chain as chained
 from typing import Protocol, runtime_checkable
 
 from specround.audit.audit_report import AuditFinding, AuditReport, RequestAudit
 from specround.audit.decision_audit import DecisionAuditor
 from specround.errors import SpecroundError
-from specround.statemachine.chain_verification import verify_chain
+from specround.statemachine.chain_verification import ChainCheck
 from specround.statemachine.invariants import head_agrees
 from specround.statemachine.ports import EventLog, LogHead, StoredEvent
 from specround.statemachine.replay import replay_request
@@ -35,17 +42,55 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
 
 
+class _StreamBrokeError(Exception):
+    """The log's event stream raised while a request's events were being audited.
+
+    Not a :class:`~specround.errors.SpecroundError`, so that neither replay's refusal handling nor the
+    audit's catches it on the way out: the caller drops that request's partial audit.
+    """
+
+    def __init__(self, error: SpecroundError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Source:
+    """A log's event stream, read one event at a time; a read that fails raises :class:`_StreamBrokeError`."""
+
+    def __init__(self, stream: Iterator[StoredEvent]) -> None:
+        self._stream = stream
+        self.following: StoredEvent | None = None
+        """The event after the request just read to its end (None: the stream ended)."""
+
+    def pull(self) -> StoredEvent | None:
+        """The next event, or None at the end of the stream."""
+        try:
+            return next(self._stream, None)
+        except SpecroundError as exc:
+            raise _StreamBrokeError(exc) from exc
+
+    def request(self, first: StoredEvent) -> Iterator[StoredEvent]:
+        """``first`` and the events after it of the same request; then :attr:`following` is the next one."""
+        yield first
+        request_id = first.request_id
+        while (event := self.pull()) is not None and event.request_id == request_id:
+            yield event
+        self.following = event
+
+    def everything(self) -> Iterator[StoredEvent]:
+        """Every event left in the stream."""
+        while (event := self.pull()) is not None:
+            yield event
+
+
 def audit_request(log: EventLog, request_id: str) -> RequestAudit:
     """Audit one request of ``log`` (read on its own; a damaged log gives findings, never an exception)."""
-    findings: list[AuditFinding] = []
-    events: list[StoredEvent] = []
     try:
-        events = list(log.events(request_id))
-    except SpecroundError as exc:
-        findings.append(
-            _finding(request_id, "INV-9", "unreadable", f"the events cannot be read: {_why(exc)}")
-        )
-    return _audit_events(log, request_id, events, findings, in_table=None)
+        return _audit_events(log, request_id, _Source(iter(log.events(request_id))).everything(), [])
+    except (SpecroundError, _StreamBrokeError) as exc:
+        error = exc.error if isinstance(exc, _StreamBrokeError) else exc
+        findings = [_finding(request_id, "INV-9", "unreadable", f"the events cannot be read: {_why(error)}")]
+        return _audit_events(log, request_id, iter(()), findings)
 
 
 @runtime_checkable
@@ -87,58 +132,97 @@ def _read_head(
         return False, None
 
 
+@dataclass(slots=True)
+class _Tally:
+    """What the audit counts of a request's events as they stream past."""
+
+    events: int = 0
+    first_seq: int | None = None
+    chain_error: Exception | None = None
+    """Why the chain check could not judge an event (it then judges no more of them)."""
+
+
+def _checked(events: Iterator[StoredEvent], chain: ChainCheck, tally: _Tally) -> Iterator[StoredEvent]:
+    """``events``, each fed to ``chain`` and counted in ``tally`` before it is passed on."""
+    for event in events:
+        if not tally.events:
+            tally.first_seq = event.seq
+        tally.events += 1
+        if tally.chain_error is None:
+            try:
+                chain.feed(event)
+            except Exception as exc:  # a payload without bytes that cannot be serialised
+                tally.chain_error = exc
+        yield event
+
+
 def _audit_events(
     log: EventLog,
     request_id: str,
-    events: list[StoredEvent],
+    events: Iterator[StoredEvent],
     findings: list[AuditFinding],
     *,
-    in_table: bool | None,
+    in_table: bool | None = None,
     heads: Mapping[str, LogHead] | None = None,
 ) -> RequestAudit:
-    """Audit one request's events against its head.
+    """Audit one request's events (read once, as they stream) against its head, read after them.
 
     ``in_table``: whether the log lists the request (None: not known, e.g. a request audited by id).
-    ``heads``: every head of the log, already read (None: read this request's head now).
+    ``heads``: every head of the log, already read (None: read this request's head after its events).
+    A failing read of ``events`` raises :class:`_StreamBrokeError` (and nothing of the request is reported).
     """
+    chain = ChainCheck()
+    tally = _Tally()
+    stream = _checked(events, chain, tally)
+    auditor = DecisionAuditor(request_id)
+    replayed = None
+    refused: AuditFinding | None = None
+    first = next(stream, None)
+    if first is not None:
+        try:
+            # verify_hashes with the chain check's verdicts: each event's hash is computed once.
+            replayed = replay_request(
+                chained((first,), stream), hash_check=chain.hash_matches, on_round=auditor
+            )
+        except _StreamBrokeError:
+            raise
+        except SpecroundError as exc:
+            refused = _finding(request_id, "INV-8", "replay", str(exc))
+        except Exception as exc:  # pragma: no cover - replay names every refusal; kept so the audit goes on
+            refused = _finding(request_id, "INV-8", "audit-error", f"replay failed: {_why(exc)}")
+        for _ in stream:  # the events after a refusal: the chain check reads them all
+            pass
     readable, head = _read_head(log, request_id, findings, heads)
-    if readable and head is None and events:
+    if readable and head is None and tally.events:
         findings.append(
             _finding(
                 request_id,
                 "INV-9",
                 "orphan",
-                f"{len(events)} event(s) of a request the log has no head for (a deleted request row?)",
-                seq=events[0].seq,
+                f"{tally.events} event(s) of a request the log has no head for (a deleted request row?)",
+                seq=tally.first_seq,
             )
         )
     elif in_table is False and head is not None:
         findings.append(_finding(request_id, "INV-8", "head", "the request is missing from the request list"))
-    chain_intact = False
     try:
-        chain = verify_chain(events, head)
-        findings.extend(_finding(request_id, "INV-9", f.kind.value, f.message, seq=f.seq) for f in chain)
-        chain_intact = not chain
-    except Exception as exc:  # pragma: no cover - verify_chain reads every field defensively
+        if tally.chain_error is not None:
+            raise tally.chain_error
+        found = chain.findings(head)
+        findings.extend(_finding(request_id, "INV-9", f.kind.value, f.message, seq=f.seq) for f in found)
+    except Exception as exc:  # pragma: no cover - the chain check reads every field defensively
         findings.append(_finding(request_id, "INV-9", "audit-error", f"the chain check failed: {_why(exc)}"))
     head_digest = head.state_digest if head else None
-    if not events:
+    if not tally.events:
         if readable and head is not None:
             findings.append(_finding(request_id, "INV-9", "dropped", "the request has a head but no events"))
         elif not findings:
             findings.append(_finding(request_id, "INV-8", "replay", "the request has no events"))
         return _findings_only(request_id, findings, head_digest)
-    auditor = DecisionAuditor(request_id)
     generation = digest = finished = None
-    try:
-        # An intact chain has had every event's hash recomputed from its bytes just now (verify_chain):
-        # replay keeps every other check and, for a chain with any finding, recomputes the hashes too.
-        replayed = replay_request(events, verify_hashes=not chain_intact, on_round=auditor)
-    except SpecroundError as exc:
-        findings.append(_finding(request_id, "INV-8", "replay", str(exc)))
-    except Exception as exc:  # pragma: no cover - replay names every refusal; kept so the audit goes on
-        findings.append(_finding(request_id, "INV-8", "audit-error", f"replay failed: {_why(exc)}"))
-    else:
+    if refused is not None:
+        findings.append(refused)
+    elif replayed is not None:
         state = replayed.state
         generation, digest, finished = state.generation, replayed.snapshot.digest, state.finished
         if head is None:
@@ -154,7 +238,7 @@ def _audit_events(
     findings.extend(auditor.finish())
     return RequestAudit(
         request_id=request_id,
-        events=len(events),
+        events=tally.events,
         rounds=auditor.rounds,
         generation=generation,
         state_digest=digest,
@@ -162,22 +246,6 @@ def _audit_events(
         finished=finished,
         findings=tuple(findings),
     )
-
-
-def _grouped(stream: Iterator[StoredEvent]) -> Iterator[tuple[str, list[StoredEvent]]]:
-    """Consecutive events of one request id (the stream is ordered by request, seq)."""
-    current: str | None = None
-    group: list[StoredEvent] = []
-    for event in stream:
-        if event.request_id != current and group:
-            assert current is not None
-            yield current, group
-            group = []
-        current = event.request_id
-        group.append(event)
-    if group:
-        assert current is not None
-        yield current, group
 
 
 _LOG = "(log)"
@@ -208,23 +276,33 @@ def audit_log(log: EventLog, request_ids: Iterable[str] | None = None) -> AuditR
     heads = _listed_heads(log)  # one read instead of one per request, where the log can list them
     seen: set[str] = set()
     try:
-        for request_id, events in _grouped(iter(log.events())):
+        source = _Source(iter(log.events()))
+        event = source.pull()
+        while event is not None:
+            request_id = event.request_id
             if request_id in seen:  # pragma: no cover - the port orders the stream by request
+                for _ in source.request(event):
+                    pass
                 log_findings.append(_finding(request_id, "INV-9", "reordered", "events not stored together"))
-                continue
-            seen.add(request_id)
-            audits.append(
-                _audit_events(log, request_id, events, [], in_table=request_id in listed_set, heads=heads)
-            )
-    except SpecroundError as exc:
-        log_findings.append(_finding(_LOG, "INV-9", "unreadable", f"the event stream broke off: {_why(exc)}"))
+            else:
+                audit = _audit_events(
+                    log, request_id, source.request(event), [], in_table=request_id in listed_set, heads=heads
+                )
+                seen.add(request_id)
+                audits.append(audit)
+            event = source.following
+    except (SpecroundError, _StreamBrokeError) as exc:
+        error = exc.error if isinstance(exc, _StreamBrokeError) else exc
+        log_findings.append(
+            _finding(_LOG, "INV-9", "unreadable", f"the event stream broke off: {_why(error)}")
+        )
         for request_id in listed:  # read the requests the stream did not reach one by one
             if request_id not in seen:
                 seen.add(request_id)
                 audits.append(audit_request(log, request_id))
     for request_id in listed:
         if request_id not in seen:
-            audits.append(_audit_events(log, request_id, [], [], in_table=True, heads=heads))
+            audits.append(_audit_events(log, request_id, iter(()), [], in_table=True, heads=heads))
     if log_findings:
         audits.append(_findings_only(_LOG, log_findings))
     audits.sort(key=lambda a: a.request_id)

@@ -23,6 +23,10 @@ order, the way the log returns them) and reports every finding by name:
 
 The head (:class:`~specround.statemachine.ports.LogHead`) anchors the tail: without it, dropping the last
 events or appending a forged tail with correct links is undetectable from the events alone.
+
+:class:`ChainCheck` is the same check, streamed: it takes the events one at a time and keeps of each only
+its envelope's links (for the intact prefix of a chain, only its hash), never its payload, so an audit can
+check a request's chain while replay consumes the same events. :func:`verify_chain` feeds one.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from enum import StrEnum
 from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
 from specround.statemachine.ports import LogHead, StoredEvent
 
-__all__ = ["ChainFinding", "ChainFindingKind", "verify_chain"]
+__all__ = ["ChainCheck", "ChainFinding", "ChainFindingKind", "verify_chain"]
 
 
 class ChainFindingKind(StrEnum):
@@ -63,12 +67,125 @@ class ChainFinding:
         return f"{self.kind.value}: request {self.request_id!r} {where}: {self.message}"
 
 
+_Verdict = tuple[ChainFindingKind, str] | None
+"""What is wrong with one event on its own (malformed, or edited), None when nothing is."""
+
+_Link = tuple[str, int, str, str, _Verdict]
+"""What the chain check keeps of a stored event: request id, seq, prev_hash, hash and its own verdict."""
+
+_HASH_EDITED = (ChainFindingKind.EDITED, "the stored hash does not match the payload")
+_ENVELOPE_EDITED = (ChainFindingKind.EDITED, "the envelope disagrees with the payload")
+
+
+def _integrity(event: StoredEvent) -> tuple[_Verdict, bool]:
+    """The event's own verdict (its hash over its bytes, its envelope) and whether its hash matches."""
+    payload = event.payload
+    if event.defect is not None or not isinstance(payload, dict):
+        return (ChainFindingKind.MALFORMED, event.defect or "the payload is not an object"), False
+    raw = event.payload_bytes
+    data = raw if raw is not None else canonical_bytes(payload)
+    if chain_hash(event.prev_hash, data) != event.hash:
+        return _HASH_EDITED, False
+    get = payload.get
+    if (
+        get("kind") != event.kind
+        or get("request_id") != event.request_id
+        or get("round_id") != event.round_id
+    ):
+        return _ENVELOPE_EDITED, True
+    return None, True
+
+
+class ChainCheck:
+    """The chain check of one request's stored events, fed one event at a time in stored order.
+
+    :meth:`feed` checks the event on its own at once (its hash over its bytes, its envelope) and keeps
+    only its links; :meth:`findings` then reports exactly what :func:`verify_chain` reports for the same
+    events. While the events fed form an intact chain (seq ``0, 1, 2...``, each linking to the one before,
+    no finding of its own), only their hashes are kept.
+    """
+
+    __slots__ = ("_hashes", "_last", "_last_matches", "_links", "_request_id")
+
+    def __init__(self) -> None:
+        """An empty check (no events fed yet)."""
+        self._request_id: str | None = None
+        self._hashes: dict[str, None] = {}
+        """The hashes of the intact prefix, in order (the prefix's other links follow from them)."""
+        self._links: list[_Link] | None = None
+        """Every event's links, once an event did not extend the intact prefix."""
+        self._last: StoredEvent | None = None
+        self._last_matches = False
+
+    def feed(self, event: StoredEvent) -> None:
+        """Take the next stored event (raises only what serialising a payload without bytes raises)."""
+        verdict, matches = _integrity(event)
+        self._last, self._last_matches = event, matches
+        links = self._links
+        if links is None:
+            hashes = self._hashes
+            if not hashes:
+                self._request_id = event.request_id
+            link = event.hash
+            if (
+                verdict is None
+                and event.request_id == self._request_id
+                and event.seq == len(hashes)
+                and event.prev_hash == (next(reversed(hashes)) if hashes else GENESIS_HASH)
+                and link not in hashes
+                and link != GENESIS_HASH
+            ):
+                hashes[link] = None
+                return
+            links = self._expand()
+        links.append((event.request_id, event.seq, event.prev_hash, event.hash, verdict))
+
+    def hash_matches(self, event: StoredEvent) -> bool:
+        """Whether ``event``'s stored hash matches its bytes (reusing the verdict of the event just fed)."""
+        if event is self._last:
+            return self._last_matches
+        raw = event.payload_bytes
+        return (
+            chain_hash(event.prev_hash, raw if raw is not None else canonical_bytes(event.payload))
+            == event.hash
+        )
+
+    def findings(self, head: LogHead | None = None) -> list[ChainFinding]:
+        """Every finding about the events fed so far (empty when the chain is intact), against ``head``."""
+        if self._links is None:
+            hashes = self._hashes
+            if not hashes or head is None or head.hash == next(reversed(hashes)):
+                return []  # an intact chain that ends at the head (what the general check finds too)
+        links = self._links if self._links is not None else self._expand()
+        return _chain_findings(links, head)
+
+    def _expand(self) -> list[_Link]:
+        """The intact prefix's links, spelled out; later events are kept as links from now on."""
+        request_id = self._request_id
+        assert request_id is not None or not self._hashes
+        links: list[_Link] = []
+        prev = GENESIS_HASH
+        for index, link in enumerate(self._hashes):
+            links.append((request_id or "", index, prev, link, None))
+            prev = link
+        self._hashes = {}
+        self._links = links
+        return links
+
+
 def verify_chain(events: Iterable[StoredEvent], head: LogHead | None = None) -> list[ChainFinding]:
     """Every finding about one request's stored events (empty when the chain is intact)."""
-    stored = list(events)
+    check = ChainCheck()
+    for event in events:
+        check.feed(event)
+    return check.findings(head)
+
+
+def _chain_findings(stored: list[_Link], head: LogHead | None) -> list[ChainFinding]:
+    """The findings of a request's stored links (see the module docstring), in the order reported."""
     if not stored:
         return []
-    request_id = stored[0].request_id
+    request_id = stored[0][0]
     findings: list[ChainFinding] = []
 
     def report(kind: ChainFindingKind, seq: int | None, message: str) -> None:
@@ -76,76 +193,61 @@ def verify_chain(events: Iterable[StoredEvent], head: LogHead | None = None) -> 
 
     # 1. Duplicates (same hash stored again) are set aside; the rest is checked as a chain.
     position: dict[str, int] = {}
-    unique: list[StoredEvent] = []
+    unique: list[_Link] = []
     for event in stored:
-        if event.request_id != request_id:
-            report(ChainFindingKind.INSERTED, event.seq, f"an event of request {event.request_id!r}")
+        event_request, seq, _, link, _ = event
+        if event_request != request_id:
+            report(ChainFindingKind.INSERTED, seq, f"an event of request {event_request!r}")
             continue
-        if event.hash in position:
-            first = unique[position[event.hash]]
-            report(ChainFindingKind.DUPLICATED, event.seq, f"a copy of the event at seq {first.seq}")
+        if link in position:
+            first = unique[position[link]]
+            report(ChainFindingKind.DUPLICATED, seq, f"a copy of the event at seq {first[1]}")
             continue
-        position[event.hash] = len(unique)
+        position[link] = len(unique)
         unique.append(event)
 
-    # 2. Each event's own integrity: hash over payload, envelope against payload.
+    # 2. Each event's own integrity: hash over payload, envelope against payload (judged when fed).
     edited: set[int] = set()
-    for index, event in enumerate(unique):
-        payload = event.payload
-        if event.defect is not None or not isinstance(payload, dict):
-            report(ChainFindingKind.MALFORMED, event.seq, event.defect or "the payload is not an object")
-            edited.add(index)
-            continue
-        raw = event.payload_bytes
-        data = raw if raw is not None else canonical_bytes(payload)
-        if chain_hash(event.prev_hash, data) != event.hash:
-            report(ChainFindingKind.EDITED, event.seq, "the stored hash does not match the payload")
-            edited.add(index)
-        elif (
-            payload.get("kind") != event.kind
-            or payload.get("request_id") != event.request_id
-            or payload.get("round_id") != event.round_id
-        ):
-            report(ChainFindingKind.EDITED, event.seq, "the envelope disagrees with the payload")
+    for index, (_, seq, _, _, verdict) in enumerate(unique):
+        if verdict is not None:
+            report(verdict[0], seq, verdict[1])
             edited.add(index)
 
     # 3. Links. An event no other event links to, other than the tail, is either forged (inserted) or the
     #    predecessor of a dropped event; a forged one forks the chain, hangs from a missing link or extends
     #    past the head.
     children: dict[str, int] = {}
-    for event in unique:
-        children[event.prev_hash] = children.get(event.prev_hash, 0) + 1
+    for _, _, prev_hash, _, _ in unique:
+        children[prev_hash] = children.get(prev_hash, 0) + 1
     head_index = position.get(head.hash) if head is not None else None
-    tail_hash = head.hash if head is not None else unique[-1].hash
+    tail_hash = head.hash if head is not None else unique[-1][3]
     inserted: set[int] = set()
-    for index, event in enumerate(unique):
-        if event.hash in children or event.hash == tail_hash:
+    for index, (_, seq, prev_hash, link, _) in enumerate(unique):
+        if link in children or link == tail_hash:
             continue
-        link = event.prev_hash
-        after_head = head_index is not None and link == unique[head_index].hash
-        forked = children[link] > 1
-        dangling = link != GENESIS_HASH and link not in position
+        after_head = head_index is not None and prev_hash == unique[head_index][3]
+        forked = children[prev_hash] > 1
+        dangling = prev_hash != GENESIS_HASH and prev_hash not in position
         if after_head or forked or (dangling and index not in edited):
             where = "after the head" if after_head else "that no later event links to"
-            report(ChainFindingKind.INSERTED, event.seq, f"an event {where}")
+            report(ChainFindingKind.INSERTED, seq, f"an event {where}")
             inserted.add(index)
-    for index, event in enumerate(unique):
+    for index, (_, seq, prev_hash, _, _) in enumerate(unique):
         if index in inserted:
             continue
-        link = event.prev_hash
-        if link == GENESIS_HASH:
+        if prev_hash == GENESIS_HASH:
             continue  # stored later than its successor: that successor is reported as reordered
-        target = position.get(link)
+        target = position.get(prev_hash)
         if target is None:
             previous = _previous_kept(index, inserted)
             if previous is not None and previous in edited:
                 continue  # the predecessor's hash was edited: already reported as edited
-            report(ChainFindingKind.DROPPED, event.seq, "the event it links to is missing")
+            report(ChainFindingKind.DROPPED, seq, "the event it links to is missing")
         elif target > index:
             report(
                 ChainFindingKind.REORDERED,
-                event.seq,
-                f"stored before the event it follows (seq {unique[target].seq})",
+                seq,
+                f"stored before the event it follows (seq {unique[target][1]})",
             )
 
     # 4. The tail against the head.
@@ -154,9 +256,9 @@ def verify_chain(events: Iterable[StoredEvent], head: LogHead | None = None) -> 
 
     # 5. Seq numbers: 0, 1, 2... in stored order (the seq is outside the hashed payload).
     if not findings:
-        for index, event in enumerate(unique):
-            if event.seq != index:
-                report(ChainFindingKind.EDITED, event.seq, f"seq {event.seq} stored at position {index}")
+        for index, (_, seq, _, _, _) in enumerate(unique):
+            if seq != index:
+                report(ChainFindingKind.EDITED, seq, f"seq {seq} stored at position {index}")
                 break
     return findings
 
