@@ -31,6 +31,7 @@ check a request's chain while replay consumes the same events. :func:`verify_cha
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -73,27 +74,9 @@ _Verdict = tuple[ChainFindingKind, str] | None
 _Link = tuple[str, int, str, str, _Verdict]
 """What the chain check keeps of a stored event: request id, seq, prev_hash, hash and its own verdict."""
 
+_sha256 = hashlib.sha256
 _HASH_EDITED = (ChainFindingKind.EDITED, "the stored hash does not match the payload")
 _ENVELOPE_EDITED = (ChainFindingKind.EDITED, "the envelope disagrees with the payload")
-
-
-def _integrity(event: StoredEvent) -> tuple[_Verdict, bool]:
-    """The event's own verdict (its hash over its bytes, its envelope) and whether its hash matches."""
-    payload = event.payload
-    if event.defect is not None or not isinstance(payload, dict):
-        return (ChainFindingKind.MALFORMED, event.defect or "the payload is not an object"), False
-    raw = event.payload_bytes
-    data = raw if raw is not None else canonical_bytes(payload)
-    if chain_hash(event.prev_hash, data) != event.hash:
-        return _HASH_EDITED, False
-    get = payload.get
-    if (
-        get("kind") != event.kind
-        or get("request_id") != event.request_id
-        or get("round_id") != event.round_id
-    ):
-        return _ENVELOPE_EDITED, True
-    return None, True
 
 
 class ChainCheck:
@@ -105,7 +88,7 @@ class ChainCheck:
     no finding of its own), only their hashes are kept.
     """
 
-    __slots__ = ("_hashes", "_last", "_last_matches", "_links", "_request_id")
+    __slots__ = ("_hashes", "_last", "_last_matches", "_links", "_request_id", "_tail")
 
     def __init__(self) -> None:
         """An empty check (no events fed yet)."""
@@ -114,31 +97,54 @@ class ChainCheck:
         """The hashes of the intact prefix, in order (the prefix's other links follow from them)."""
         self._links: list[_Link] | None = None
         """Every event's links, once an event did not extend the intact prefix."""
+        self._tail = GENESIS_HASH
+        """The last hash of the intact prefix (the link the next event must name)."""
         self._last: StoredEvent | None = None
         self._last_matches = False
 
     def feed(self, event: StoredEvent) -> None:
         """Take the next stored event (raises only what serialising a payload without bytes raises)."""
-        verdict, matches = _integrity(event)
+        payload = event.payload
+        request_id, prev_hash, link = event.request_id, event.prev_hash, event.hash
+        verdict: _Verdict = None
+        if event.defect is not None or not isinstance(payload, dict):
+            verdict, matches = (
+                (ChainFindingKind.MALFORMED, event.defect or "the payload is not an object"),
+                False,
+            )
+        else:
+            raw = event.payload_bytes
+            data = raw if raw is not None else canonical_bytes(payload)
+            matches = _sha256(prev_hash.encode("ascii") + data).hexdigest() == link  # chain_hash, inlined
+            if not matches:
+                verdict = _HASH_EDITED
+            else:
+                get = payload.get
+                if (
+                    get("kind") != event.kind
+                    or get("request_id") != request_id
+                    or get("round_id") != event.round_id
+                ):
+                    verdict = _ENVELOPE_EDITED
         self._last, self._last_matches = event, matches
         links = self._links
         if links is None:
             hashes = self._hashes
             if not hashes:
-                self._request_id = event.request_id
-            link = event.hash
+                self._request_id = request_id
             if (
                 verdict is None
-                and event.request_id == self._request_id
+                and request_id == self._request_id
                 and event.seq == len(hashes)
-                and event.prev_hash == (next(reversed(hashes)) if hashes else GENESIS_HASH)
+                and prev_hash == self._tail
                 and link not in hashes
                 and link != GENESIS_HASH
             ):
                 hashes[link] = None
+                self._tail = link
                 return
             links = self._expand()
-        links.append((event.request_id, event.seq, event.prev_hash, event.hash, verdict))
+        links.append((request_id, event.seq, prev_hash, link, verdict))
 
     def hash_matches(self, event: StoredEvent) -> bool:
         """Whether ``event``'s stored hash matches its bytes (reusing the verdict of the event just fed)."""
@@ -154,7 +160,7 @@ class ChainCheck:
         """Every finding about the events fed so far (empty when the chain is intact), against ``head``."""
         if self._links is None:
             hashes = self._hashes
-            if not hashes or head is None or head.hash == next(reversed(hashes)):
+            if not hashes or head is None or head.hash == self._tail:
                 return []  # an intact chain that ends at the head (what the general check finds too)
         links = self._links if self._links is not None else self._expand()
         return _chain_findings(links, head)
@@ -169,6 +175,7 @@ class ChainCheck:
             links.append((request_id or "", index, prev, link, None))
             prev = link
         self._hashes = {}
+        self._tail = GENESIS_HASH
         self._links = links
         return links
 
