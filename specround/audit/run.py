@@ -16,9 +16,8 @@ after the events, and the findings are reported in the order of the checks above
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from itertools import chain as chained
 from typing import Protocol, runtime_checkable
 
 from specround.audit.audit_report import AuditFinding, AuditReport, RequestAudit
@@ -69,28 +68,56 @@ class _Source:
         except SpecroundError as exc:
             raise _StreamBrokeError(exc) from exc
 
-    def request(self, first: StoredEvent) -> Iterator[StoredEvent]:
-        """``first`` and the events after it of the same request; then :attr:`following` is the next one."""
-        yield first
+    def request(self, first: StoredEvent, tally: _Tally, *, whole: bool) -> Iterator[StoredEvent]:
+        """``first`` and the events after it of its request (``whole``: every event left in the stream).
+
+        Each is fed to ``tally``'s chain check and counted before it is passed on; at the end,
+        :attr:`following` is the event that ended the request.
+        """
+        stream = self._stream
+        feed: Callable[[StoredEvent], None] | None = tally.chain.feed
         request_id = first.request_id
-        while (event := self.pull()) is not None and event.request_id == request_id:
-            yield event
+        tally.first_seq = first.seq
+        count = 0
+        event: StoredEvent | None = first
+        try:
+            while event is not None and (whole or event.request_id == request_id):
+                count += 1
+                if feed is not None:
+                    try:
+                        feed(event)
+                    except Exception as exc:  # a payload without bytes that cannot be serialised
+                        tally.chain_error, feed = exc, None
+                yield event
+                try:
+                    event = next(stream, None)
+                except SpecroundError as exc:
+                    raise _StreamBrokeError(exc) from exc
+        finally:
+            tally.events = count
         self.following = event
 
-    def everything(self) -> Iterator[StoredEvent]:
-        """Every event left in the stream."""
-        while (event := self.pull()) is not None:
-            yield event
+
+@dataclass(slots=True)
+class _Tally:
+    """What the audit keeps of a request's events as they stream past: the chain check and a count."""
+
+    chain: ChainCheck
+    events: int = 0
+    first_seq: int | None = None
+    chain_error: Exception | None = None
+    """Why the chain check could not judge an event (it then judges no more of them)."""
 
 
 def audit_request(log: EventLog, request_id: str) -> RequestAudit:
     """Audit one request of ``log`` (read on its own; a damaged log gives findings, never an exception)."""
     try:
-        return _audit_events(log, request_id, _Source(iter(log.events(request_id))).everything(), [])
+        source = _Source(iter(log.events(request_id)))
+        return _audit_events(log, request_id, source, source.pull(), [], whole=True)
     except (SpecroundError, _StreamBrokeError) as exc:
         error = exc.error if isinstance(exc, _StreamBrokeError) else exc
         findings = [_finding(request_id, "INV-9", "unreadable", f"the events cannot be read: {_why(error)}")]
-        return _audit_events(log, request_id, iter(()), findings)
+        return _audit_events(log, request_id, None, None, findings)
 
 
 @runtime_checkable
@@ -132,58 +159,36 @@ def _read_head(
         return False, None
 
 
-@dataclass(slots=True)
-class _Tally:
-    """What the audit counts of a request's events as they stream past."""
-
-    events: int = 0
-    first_seq: int | None = None
-    chain_error: Exception | None = None
-    """Why the chain check could not judge an event (it then judges no more of them)."""
-
-
-def _checked(events: Iterator[StoredEvent], chain: ChainCheck, tally: _Tally) -> Iterator[StoredEvent]:
-    """``events``, each fed to ``chain`` and counted in ``tally`` before it is passed on."""
-    for event in events:
-        if not tally.events:
-            tally.first_seq = event.seq
-        tally.events += 1
-        if tally.chain_error is None:
-            try:
-                chain.feed(event)
-            except Exception as exc:  # a payload without bytes that cannot be serialised
-                tally.chain_error = exc
-        yield event
-
-
 def _audit_events(
     log: EventLog,
     request_id: str,
-    events: Iterator[StoredEvent],
+    source: _Source | None,
+    first: StoredEvent | None,
     findings: list[AuditFinding],
     *,
+    whole: bool = False,
     in_table: bool | None = None,
     heads: Mapping[str, LogHead] | None = None,
 ) -> RequestAudit:
-    """Audit one request's events (read once, as they stream) against its head, read after them.
+    """Audit one request's events, read once as they stream, against its head, read after them.
 
+    The events are ``first`` and the rest of its request in ``source`` (``whole``: every event left in it;
+    no events when ``first`` is None).
     ``in_table``: whether the log lists the request (None: not known, e.g. a request audited by id).
     ``heads``: every head of the log, already read (None: read this request's head after its events).
-    A failing read of ``events`` raises :class:`_StreamBrokeError` (and nothing of the request is reported).
+    A failing read of the events raises :class:`_StreamBrokeError` (and nothing of the request is reported).
     """
-    chain = ChainCheck()
-    tally = _Tally()
-    stream = _checked(events, chain, tally)
+    tally = _Tally(ChainCheck())
+    chain = tally.chain
     auditor = DecisionAuditor(request_id)
     replayed = None
     refused: AuditFinding | None = None
-    first = next(stream, None)
     if first is not None:
+        assert source is not None
+        stream = source.request(first, tally, whole=whole)
         try:
             # verify_hashes with the chain check's verdicts: each event's hash is computed once.
-            replayed = replay_request(
-                chained((first,), stream), hash_check=chain.hash_matches, on_round=auditor
-            )
+            replayed = replay_request(stream, hash_check=chain.hash_matches, on_round=auditor)
         except _StreamBrokeError:
             raise
         except SpecroundError as exc:
@@ -281,12 +286,12 @@ def audit_log(log: EventLog, request_ids: Iterable[str] | None = None) -> AuditR
         while event is not None:
             request_id = event.request_id
             if request_id in seen:  # pragma: no cover - the port orders the stream by request
-                for _ in source.request(event):
+                for _ in source.request(event, _Tally(ChainCheck()), whole=False):
                     pass
                 log_findings.append(_finding(request_id, "INV-9", "reordered", "events not stored together"))
             else:
                 audit = _audit_events(
-                    log, request_id, source.request(event), [], in_table=request_id in listed_set, heads=heads
+                    log, request_id, source, event, [], in_table=request_id in listed_set, heads=heads
                 )
                 seen.add(request_id)
                 audits.append(audit)
@@ -302,7 +307,7 @@ def audit_log(log: EventLog, request_ids: Iterable[str] | None = None) -> AuditR
                 audits.append(audit_request(log, request_id))
     for request_id in listed:
         if request_id not in seen:
-            audits.append(_audit_events(log, request_id, iter(()), [], in_table=True, heads=heads))
+            audits.append(_audit_events(log, request_id, None, None, [], in_table=True, heads=heads))
     if log_findings:
         audits.append(_findings_only(_LOG, log_findings))
     audits.sort(key=lambda a: a.request_id)
