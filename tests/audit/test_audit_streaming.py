@@ -5,6 +5,9 @@ yielded more than :data:`WINDOW` events ago that something besides itself still 
 a long request (one request, many rounds) must keep that count at a small constant (the request's first
 event, which the audit starts replay from), whatever the request's length; an audit that gathered the
 request's events before checking them would hold every one of them.
+
+A stream that breaks off in the middle of a request drops that request's partial audit: the break is named
+once and every listed request is read again on its own, as when the audit gathered whole requests.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 from specround.adapters.memory_log import MemoryEventLog
 from specround.audit import audit_log
 from specround.audit.run import audit_request
+from specround.errors import LogUnavailableError
 from specround.statemachine.controller import RoundController
 from specround.statemachine.ports import LogHead, StoredEvent
 from tests.statemachine._synthetic import random_input
@@ -80,3 +84,41 @@ def test_audit_holds_a_bounded_number_of_events(whole_log: bool) -> None:
     assert audit.findings == () and audit.rounds == ROUNDS
     assert audit.events == log.yielded == 1 + 5 * ROUNDS
     assert log.most_held <= HELD_AT_MOST
+
+
+class BreakingLog:
+    """A read-only EventLog whose whole-log stream raises after ``limit`` events (a lost connection)."""
+
+    def __init__(self, inner: MemoryEventLog, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    def events(self, request_id: str | None = None) -> Iterator[StoredEvent]:
+        for count, event in enumerate(self._inner.events(request_id)):
+            if request_id is None and count == self._limit:
+                raise LogUnavailableError("the connection was lost")
+            yield event
+
+    def request_ids(self) -> list[str]:
+        return self._inner.request_ids()
+
+    def head(self, request_id: str) -> LogHead | None:
+        return self._inner.head(request_id)
+
+
+@pytest.mark.parametrize("limit", [0, 3, 11, 16])
+def test_a_stream_that_breaks_off_is_named_and_every_request_read_again(limit: int) -> None:
+    inner = MemoryEventLog()
+    controller = RoundController(inner)
+    generator = torch.Generator().manual_seed(5)
+    for rid in ("a", "b"):
+        controller.open_request((1, 2, 3), seed=1, vocab_size=V, request_id=rid, max_new_tokens=10_000)
+    for _ in range(2):
+        controller.step([random_input(controller, rid, 3, generator) for rid in ("a", "b")])
+    report = audit_log(BreakingLog(inner, limit))  # 11 events a request: the break is in a, b or between
+    assert [audit.request_id for audit in report.requests] == ["(log)", "a", "b"]
+    broke, *audits = report.requests
+    assert [(f.kind, f.message.split(":")[0]) for f in broke.findings] == [
+        ("unreadable", "the event stream broke off")
+    ]
+    assert all(audit.findings == () and audit.events == 11 and audit.rounds == 2 for audit in audits)
