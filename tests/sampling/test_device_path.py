@@ -19,6 +19,7 @@ from specround.sampling import exact, fast_path
 from specround.sampling.exact import decide, decide_from_uniforms
 from specround.sampling.op_count import count_tensor_ops
 from specround.sampling.types import PAD_ID, SamplerBatch
+from tests.sampling import test_fast_path as fast_path_tests
 from tests.sampling.test_fast_path import assert_same, realistic_batch, reference
 
 
@@ -83,12 +84,9 @@ def test_forced_corrections_and_signed_zeros_on_the_device_route(
 def test_a_refused_value_on_the_device_route_reaches_the_reference(
     device_route: list[fast_path.HostBatch],
 ) -> None:
+    fast_path_tests.test_the_reference_path_is_what_raises_refusals()  # q(d) = 0, through the device route
+    assert device_route
     batch = realistic_batch(1, 2, 2, 64)
-    b = int((batch.draft_lens > 0).to(torch.int64).argmax())
-    q = batch.q.clone()
-    q[b, 0, int(batch.draft_ids[b, 0])] = 0.0
-    with pytest.raises(Exception, match="cannot have been proposed"):
-        decide(replace(batch, q=q))
     bad = batch.p.clone()
     bad[:, :, 3] = float("nan")  # every terminal row holds a NaN: the reference names it
     with pytest.raises(Exception, match=r"NaN|finite"):
