@@ -222,8 +222,7 @@ class DecisionAuditor:
         if any(isinstance(p, StopAutomaton) for p in chain.processors):
             sets = chain.stop_sets_along(emitted)
             ends_request = [token in sets[i] for i, token in enumerate(emitted)]
-        state = start.state
-        remaining = rnd.config.max_new_tokens - max(0, len(state.output) - state.prompt_len)  # len(generated)
+        remaining = rnd.config.max_new_tokens - start.state.generated_count
         finished = bool(decided["finished"])
         for breach in emission_respects_stops(emitted, ends_request, remaining, finished):
             find(breach.invariant, "stop", breach.message)

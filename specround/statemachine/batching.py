@@ -106,10 +106,7 @@ def batch_from_tensors(
     # remaining, seeds, ACCEPT and TERMINAL counters, draft lengths: one tensor, one op.
     scalars = torch.tensor(
         [
-            [
-                r.live.config.max_new_tokens - (len(r.start.state.output) - r.start.state.prompt_len)
-                for r in group
-            ],
+            [r.live.config.max_new_tokens - r.start.state.generated_count for r in group],
             [signed64(r.live.config.seed) for r in group],
             [r.start.state.rng.accept for r in group],
             [r.start.state.rng.terminal for r in group],

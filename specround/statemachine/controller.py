@@ -228,7 +228,7 @@ class RoundController:
         """Output tokens the request may still emit (0 once finished)."""
         live = self._entry(request_id)
         state = live.current.state
-        return 0 if state.finished else live.config.max_new_tokens - len(state.generated)
+        return 0 if state.finished else live.config.max_new_tokens - state.generated_count
 
     def refresh(self, request_id: str) -> RequestState:
         """Drop the in-memory projection of a request and rebuild it from the log (after losing a race)."""

@@ -270,7 +270,7 @@ def published_round(config: RequestConfig, before: RequestState, result: RoundRe
     )
     stop_sets = processors_after(config, before).stop_sets_along(emitted)
     ends_request = [token in stop_sets[i] for i, token in enumerate(emitted)]
-    remaining = config.max_new_tokens - len(before.generated)
+    remaining = config.max_new_tokens - before.generated_count
     breaches += emission_respects_stops(emitted, ends_request, remaining, result.finished)
     draws = (after.rng.accept - before.rng.accept, after.rng.terminal - before.rng.terminal)
     reached = result.accepted + (1 if result.terminal == "correction" else 0)

@@ -141,6 +141,11 @@ class RequestState(BaseModel):
         """Tokens emitted after the prompt."""
         return self.output[self.prompt_len :]
 
+    @property
+    def generated_count(self) -> int:
+        """``len(self.generated)`` without copying the tokens."""
+        return max(0, len(self.output) - self.prompt_len)
+
     def digest(self) -> str:
         """Canonical digest of the whole state (see the module docstring for how O and C enter)."""
         return state_digest(
