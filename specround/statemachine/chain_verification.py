@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
+from specround.canonical import GENESIS_HASH, canonical_bytes
 from specround.statemachine.ports import LogHead, StoredEvent
 
 __all__ = ["ChainCheck", "ChainFinding", "ChainFindingKind", "verify_chain"]
@@ -79,6 +79,13 @@ _HASH_EDITED = (ChainFindingKind.EDITED, "the stored hash does not match the pay
 _ENVELOPE_EDITED = (ChainFindingKind.EDITED, "the envelope disagrees with the payload")
 
 
+def _stored_hash_matches(event: StoredEvent) -> bool:
+    """Whether ``event.hash`` is ``chain_hash(prev_hash, bytes)`` over its stored bytes (or its payload's)."""
+    raw = event.payload_bytes
+    data = raw if raw is not None else canonical_bytes(event.payload)
+    return _sha256(event.prev_hash.encode("ascii") + data).hexdigest() == event.hash  # chain_hash, inlined
+
+
 class ChainCheck:
     """The chain check of one request's stored events, fed one event at a time in stored order.
 
@@ -113,9 +120,7 @@ class ChainCheck:
                 False,
             )
         else:
-            raw = event.payload_bytes
-            data = raw if raw is not None else canonical_bytes(payload)
-            matches = _sha256(prev_hash.encode("ascii") + data).hexdigest() == link  # chain_hash, inlined
+            matches = _stored_hash_matches(event)
             if not matches:
                 verdict = _HASH_EDITED
             else:
@@ -150,11 +155,7 @@ class ChainCheck:
         """Whether ``event``'s stored hash matches its bytes (reusing the verdict of the event just fed)."""
         if event is self._last:
             return self._last_matches
-        raw = event.payload_bytes
-        return (
-            chain_hash(event.prev_hash, raw if raw is not None else canonical_bytes(event.payload))
-            == event.hash
-        )
+        return _stored_hash_matches(event)
 
     def findings(self, head: LogHead | None = None) -> list[ChainFinding]:
         """Every finding about the events fed so far (empty when the chain is intact), against ``head``."""
