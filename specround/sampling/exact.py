@@ -42,9 +42,9 @@ the reference path below (torch ops on the batch's device, computing the residua
 vocabulary chunks), which raises the named error or handles the case. A batch on an accelerator takes the
 same fast path with its rows left on the device: its integers are copied to the host once, the control runs
 there, and the gathers and the terminal pass run on the device with the reference's own operations (about
-30 kernels and five copies per decision, whatever B, against some 370 kernels for the reference there).
-The token is found by a two-level
-search (block sums, then a cumulative sum inside one block), run on the host by both paths. There is no
+30 kernels and six copies, four of them back to the host, per decision, whatever B, against some 370
+kernels for the reference there). The token is found by a two-level search (block sums, then a cumulative
+sum inside one block), run on the host by both paths. There is no
 Python loop over the batch or the draft positions.
 """
 
@@ -298,10 +298,9 @@ def round_uniforms(batch: SamplerBatch) -> tuple[torch.Tensor, torch.Tensor]:
     k_max = batch.draft_ids.shape[1]
     device = batch.p.device
     if device.type == "cpu":  # the same Philox values computed on the host: no tensor op
-        drawn_host = round_uniforms_host(
+        return _host_round_uniforms(
             batch.seeds.tolist(), batch.accept_counters.tolist(), batch.terminal_counters.tolist(), k_max
-        )  # [B, K+1]
-        return torch.from_numpy(drawn_host[:, :k_max].copy()), torch.from_numpy(drawn_host[:, k_max].copy())
+        )
     positions = torch.arange(k_max, device=device)  # [K]
     counters = torch.cat(
         [batch.accept_counters[:, None] + positions[None, :], batch.terminal_counters[:, None]], dim=1
@@ -311,6 +310,14 @@ def round_uniforms(batch: SamplerBatch) -> tuple[torch.Tensor, torch.Tensor]:
     )  # [K+1]
     drawn = uniforms(batch.seeds[:, None], streams[None, :], counters)  # [B, K+1]
     return drawn[:, :k_max], drawn[:, k_max]
+
+
+def _host_round_uniforms(
+    seeds: list[int], accept_counters: list[int], terminal_counters: list[int], k_max: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`round_uniforms` computed on the host (the same Philox values): accept [B, K], terminal [B]."""
+    drawn = round_uniforms_host(seeds, accept_counters, terminal_counters, k_max)  # [B, K+1]
+    return torch.from_numpy(drawn[:, :k_max].copy()), torch.from_numpy(drawn[:, k_max].copy())
 
 
 def _chunk_columns(n_rows: int, vocab: int, device: torch.device) -> int:
@@ -458,7 +465,7 @@ def _device_block_reader(
     """``block [N] -> [N, BS]`` float64 terminal mass of that block of each row, read on the rows' device.
 
     The values of :func:`_block_reader` (the residual by :func:`_terminal_mass_`, zero past V): the
-    element indices are formed on the host, copied over once, and the entries taken there.
+    element indices are formed on the host, copied over once, and the entries taken there as flat rows.
     """
     vocab = p_flat.shape[1]
     n_correction = q_index.shape[0]
@@ -477,9 +484,8 @@ def _device_block_reader(
             torch.from_numpy(flat).to(p_flat.device), [int(cols.size), n_correction * width]
         )
         p_vals, q_vals = p_flat.take(at_p), q_flat.take(at_q)  # [N * BS], [C * BS]: rows one after another
-        # _terminal_mass_ on the flat rows (the corrections' rows first); widening is exact on either side.
-        p_vals[: q_vals.shape[0]].sub_(q_vals).clamp_min_(0.0)
-        values = p_vals.to(device="cpu", dtype=_F64).numpy().reshape(cols.shape)  # [N, BS]
+        # The corrections' rows come first, so the flat entries line up as the rows would.
+        values = _terminal_mass_(p_vals, q_vals).cpu().numpy().reshape(cols.shape)  # [N, BS] float64
         return np.where(cols < vocab, values, 0.0)
 
     return read
@@ -667,12 +673,9 @@ def decide(batch: SamplerBatch, *, validate: ValidationMode = "read") -> Sampler
     host = _check_structure(batch)
     with torch.no_grad():
         if isinstance(host, HostBatch) and host.seeds is not None:  # an accelerator's batch, on the host
-            drawn = round_uniforms_host(
+            accept_uniforms, terminal_uniforms = _host_round_uniforms(
                 host.seeds, host.accept_counters, host.terminal_counters, batch.draft_ids.shape[1]
-            )  # [B, K+1]: the same Philox values
-            k_max = batch.draft_ids.shape[1]
-            accept_uniforms = torch.from_numpy(drawn[:, :k_max].copy())
-            terminal_uniforms = torch.from_numpy(drawn[:, k_max].copy())
+            )
         else:
             accept_uniforms, terminal_uniforms = round_uniforms(batch)
         return _decide(batch, host, accept_uniforms, terminal_uniforms, mode)
