@@ -67,7 +67,6 @@ from specround.errors import (
     ShapeMismatchError,
 )
 from specround.sampling.fast_path import (
-    DeviceBlocks,
     HostBatch,
     HostSeams,
     IntArray,
@@ -77,6 +76,7 @@ from specround.sampling.fast_path import (
     structure_is_valid_on_host,
 )
 from specround.sampling.fast_path import search_host as _search
+from specround.sampling.host_terminal import TerminalBlocks
 from specround.sampling.rng import round_uniforms_host, uniforms
 from specround.sampling.scalar_path import (
     SCALAR_LIMIT,
@@ -424,7 +424,7 @@ def _block_reader(
 
 def _device_terminal_blocks(
     batch: SamplerBatch, p_index: IntArray, q_index: IntArray, with_stats: bool
-) -> DeviceBlocks:
+) -> TerminalBlocks:
     """The terminal pass of the fast path for rows on an accelerator, as the reference takes it there.
 
     ``p_index`` [N] and ``q_index`` [C] are flat rows of p and q (the first C rows are corrections). One
@@ -456,7 +456,7 @@ def _device_terminal_blocks(
         totals, minima_host = np.split(host[n_sums:], 2)
         stats = (totals, minima_host)  # p rows then q rows, as the host pass orders them
     block_values = _device_block_reader(p_flat, q_flat, p_index, q_index, width)
-    return DeviceBlocks(block_sums=host[:n_sums].reshape(n_rows, -1), stats=stats, block_values=block_values)
+    return TerminalBlocks(host[:n_sums].reshape(n_rows, -1), stats, block_values)
 
 
 def _device_block_reader(

@@ -5,11 +5,11 @@ probabilities, acceptance tests, the accepted run, stops and budgets, RNG accoun
 reads ``O(B * (K + S))`` numbers; done with torch it is hundreds of tiny kernels whose dispatch is the whole
 cost of a small batch. Its *terminal pass* reads one ``p`` row (and one ``q`` row for a correction) of ``V``
 entries per request. Here the control runs with numpy on the tensors' own memory (zero-copy views, no
-tensor op). The terminal pass also runs on the host, in cache-sized column chunks that read each input
-entry once (gather, row checks, residual, exact widening to float64); the float64 block sums are one torch
-reduction, and the acceptance predicate is :func:`~specround.sampling.exact.accepts` itself. What remains
-as tensor ops is three compute ops and the zero-copy wrapping of host arrays (about 40 dispatched
-operators in all, whatever B). The inverse-CDF search runs on the host over the block sums.
+tensor op). The terminal pass also runs on the host (:mod:`specround.sampling.host_terminal`), in
+cache-sized column chunks that read each input entry once (row checks, residual, float64 block sums by one
+torch reduction per chunk), and the acceptance predicate is :func:`~specround.sampling.exact.accepts`
+itself. What remains as tensor ops is three compute ops and the zero-copy wrapping of host arrays (about
+40 dispatched operators in all, whatever B). The inverse-CDF search runs on the host over the block sums.
 
 Every value is computed with the same floating-point operations as the reference path (the acceptance
 ratio by ``accepts``, the residual as a correctly rounded subtraction in the rows' dtype and a clamp that
@@ -34,7 +34,6 @@ handles the rare case) exactly as before. Callers check the batch's structure fi
 from __future__ import annotations
 
 import os
-import threading
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,12 +45,19 @@ import numpy.typing as npt
 import torch
 import torch.nn.functional as F
 
+from specround.sampling import host_terminal
+from specround.sampling.host_terminal import (
+    TerminalBlocks,
+    host_block_sums,
+    mass_reader,
+    terminal_blocks_host,
+    terminal_blocks_rows,
+)
 from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision, TerminalKind
 from specround.sampling.validation import ValidationMode, normalisation_tolerance
 
 __all__ = [
     "COMPILE_ENV",
-    "DeviceBlocks",
     "HostBatch",
     "HostDraw",
     "HostSeams",
@@ -299,21 +305,8 @@ class HostSeams:
     check_all_rows: Callable[[SamplerBatch], None]
     block_width: Callable[[int], int]
     degenerate_tolerance: Callable[[torch.dtype], float]
-    device_blocks: Callable[[SamplerBatch, IntArray, IntArray, bool], DeviceBlocks]
-    """The terminal pass of an accelerator's batch, on the device (see :class:`DeviceBlocks`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceBlocks:
-    """The terminal pass of rows that live on an accelerator, brought to the host as the search needs it.
-
-    ``block_sums`` [N, nB] float64 and the row statistics arrive in one copy; ``block_values(block [N])``
-    reads one block of each row's float64 terminal mass from the device when the search asks for it.
-    """
-
-    block_sums: FloatArray
-    stats: RowStats | None
-    block_values: Callable[[IntArray], FloatArray]
+    device_blocks: Callable[[SamplerBatch, IntArray, IntArray, bool], TerminalBlocks]
+    """The terminal pass of an accelerator's batch, on the device (see :class:`TerminalBlocks`)."""
 
 
 def _in_stop_set(tokens: IntArray, stop_sets: IntArray) -> BoolArray:
@@ -456,7 +449,7 @@ def _gathered_on_device(batch: SamplerBatch) -> tuple[FloatArray, FloatArray]:
 
 COMPILE_ENV = "SPECROUND_SAMPLER_COMPILE"
 """Set to ``1`` to run the terminal pass with torch ops, its elementwise work and row checks fused by
-``torch.compile`` (by default the pass runs on the host, see :func:`_terminal_mass_host`)."""
+``torch.compile`` (by default the pass runs on the host, see :mod:`specround.sampling.host_terminal`)."""
 
 _compiled_pass: Callable[..., tuple[torch.Tensor, list[torch.Tensor]]] | None = None
 
@@ -492,150 +485,10 @@ def _terminal_pass(
     return _compiled_pass(terminal, q_rows, with_stats=with_stats)
 
 
-_HOST_CHUNK_ELEMENTS = 1 << 18
-"""Entries per row set of one column chunk of the host terminal pass (a few such arrays stay in L2)."""
-
-RowStats = tuple[FloatArray, FloatArray]
-"""Sums and minima of the gathered p rows followed by the corrections' q rows (float64)."""
-
-
-_workspace = threading.local()
-
-
-def _mass_buffer(n_rows: int, columns: int) -> FloatArray:
-    """A float64 [n_rows, columns] buffer for the terminal mass, reused by this thread's next decision.
-
-    The host pass overwrites the first V columns of every row and never writes the padding past V, which
-    stays zero from allocation. Reusing the buffer spares the page faults of a fresh large allocation; the
-    decision never returns a view of it.
-    """
-    cached: FloatArray | None = getattr(_workspace, "mass", None)
-    if cached is None or cached.shape != (n_rows, columns):
-        cached = np.zeros((n_rows, columns), dtype=_F64)
-        _workspace.mass = cached
-    return cached
-
-
-def _zeros(dtype: np.dtype[Any], length: int) -> npt.NDArray[Any]:
-    """A read-only zero array of ``dtype`` holding at least ``length`` entries, kept for this thread.
-
-    The residual's clamp takes ``np.maximum(zeros, residual)``: the same values (a zero's sign and NaN
-    included) as with a scalar zero, through numpy's vectorised array loop, several times faster.
-    """
-    kept: dict[np.dtype[Any], npt.NDArray[Any]] | None = getattr(_workspace, "zeros", None)
-    if kept is None:
-        kept = _workspace.zeros = {}
-    cached = kept.get(dtype)
-    if cached is None or cached.shape[0] < length:
-        cached = np.zeros(length, dtype=dtype)
-        cached.flags.writeable = False
-        kept[dtype] = cached
-    return cached[:length]
-
-
-def _terminal_mass_host(
-    p: npt.NDArray[Any],
-    q: npt.NDArray[Any],
-    p_index: IntArray,
-    q_index: IntArray,
-    width: int,
-    *,
-    with_stats: bool,
-) -> tuple[npt.NDArray[Any], RowStats | None]:
-    """[N, nB * BS] float64 terminal mass (zero past V) and, with ``with_stats``, the row checks.
-
-    One cache-sized column chunk at a time: gather the p rows (and the corrections' q rows, the first C),
-    take their sums and minima, compute ``max(p - q, 0)`` in the rows' dtype -- a correctly rounded
-    subtraction, then a clamp that keeps the sign of a zero as torch's ``clamp_min`` does -- or take
-    ``p``, and widen it (exactly) into the float64 mass. Each input entry is read once from memory, and
-    the float64 mass is written once, ready for the block sums.
-    """
-    n_rows, n_correction = p_index.shape[0], q_index.shape[0]
-    vocab = p.shape[2]
-    p_flat, q_flat = p.reshape(-1, vocab), q.reshape(-1, vocab)
-    mass = _mass_buffer(n_rows, vocab + (-vocab % width))
-    totals = np.zeros(n_rows + n_correction)
-    minima = np.full(n_rows + n_correction, np.inf)
-    step = max(width, (_HOST_CHUNK_ELEMENTS // max(n_rows, 1)) // width * width)
-    zeros = _zeros(p_flat.dtype, min(step, vocab))
-    for start in range(0, vocab, step):
-        stop = min(start + step, vocab)
-        target = p_flat[p_index, start:stop]  # [N, c] a copy in the rows' dtype
-        if with_stats:
-            totals[:n_rows] += target.sum(1)
-            np.minimum(minima[:n_rows], target.min(1), out=minima[:n_rows])
-        if n_correction:
-            draft = q_flat[q_index, start:stop]  # [C, c]
-            if with_stats:
-                totals[n_rows:] += draft.sum(1)
-                np.minimum(minima[n_rows:], draft.min(1), out=minima[n_rows:])
-            residual = target[:n_correction]
-            np.subtract(residual, draft, out=residual)
-            # Equal operands keep ``residual`` (-0.0 stays).
-            np.maximum(zeros[None, : stop - start], residual, out=residual)
-        mass[:, start:stop] = target  # exact widening
-    return mass, ((totals, minima) if with_stats else None)
-
-
-def _residual_buffer(dtype: np.dtype[Any], length: int) -> npt.NDArray[Any]:
-    """A writable [length] buffer of ``dtype`` for one residual row, reused by this thread's next decision."""
-    kept: dict[np.dtype[Any], npt.NDArray[Any]] | None = getattr(_workspace, "residual", None)
-    if kept is None:
-        kept = _workspace.residual = {}
-    cached = kept.get(dtype)
-    if cached is None or cached.shape[0] < length:
-        cached = kept[dtype] = np.empty(length, dtype=dtype)
-    return cached[:length]
-
-
-def _terminal_mass_rows(
-    p: npt.NDArray[Any],
-    q: npt.NDArray[Any],
-    p_index: list[int],
-    q_index: list[int],
-    width: int,
-    *,
-    with_stats: bool,
-) -> tuple[npt.NDArray[Any], tuple[list[float], list[float]] | None]:
-    """:func:`_terminal_mass_host` for a few rows that fit one chunk, row by row on views of the rows.
-
-    ``p`` [B, K+1, V] and ``q`` [B, K, V] host arrays; ``p_index`` / ``q_index`` flat rows (the first
-    ``len(q_index)`` are corrections). The same values: the residual is the same correctly rounded
-    subtraction and clamp in the rows' dtype, then widened exactly into the float64 mass; a bonus row is
-    widened straight from the input, without the gathered copy. Returns the mass and, with ``with_stats``,
-    the row sums and minima (p rows, then the corrections' q rows) as Python floats.
-    """
-    vocab = p.shape[2]
-    p_flat, q_flat = p.reshape(-1, vocab), q.reshape(-1, vocab)
-    mass = _mass_buffer(len(p_index), vocab + (-vocab % width))
-    n_correction = len(q_index)
-    zeros = _zeros(p_flat.dtype, vocab)
-    totals: list[float] = []
-    minima: list[float] = []
-    q_totals: list[float] = []
-    q_minima: list[float] = []
-    for row, flat in enumerate(p_index):
-        target = p_flat[flat]  # [V] a view
-        if with_stats:
-            totals.append(float(target.sum()))
-            minima.append(float(target.min()))
-        if row < n_correction:
-            draft = q_flat[q_index[row]]  # [V] a view
-            if with_stats:
-                q_totals.append(float(draft.sum()))
-                q_minima.append(float(draft.min()))
-            residual = _residual_buffer(p_flat.dtype, vocab)
-            np.subtract(target, draft, out=residual)
-            np.maximum(zeros, residual, out=residual)  # equal operands keep ``residual`` (-0.0 stays)
-            target = residual
-        mass[row, :vocab] = target  # exact widening
-    return mass, ((totals + q_totals, minima + q_minima) if with_stats else None)
-
-
-def _terminal_mass_torch(
+def _terminal_blocks_torch(
     batch: SamplerBatch, p_index: IntArray, q_index: IntArray, width: int, *, with_stats: bool
-) -> tuple[npt.NDArray[Any], RowStats | None]:
-    """:func:`_terminal_mass_host` with torch ops: two gathers, then :func:`_terminal_pass` (compiled)."""
+) -> TerminalBlocks:
+    """The host terminal pass with torch ops: two gathers, then :func:`_terminal_pass` (compiled)."""
     vocab = batch.p.shape[2]
     terminal = batch.p.reshape(-1, vocab).index_select(0, torch.from_numpy(p_index))  # [N, V]
     if q_index.shape[0]:
@@ -644,15 +497,16 @@ def _terminal_mass_torch(
         q_rows = terminal[:0]  # [0, V]
     terminal, stats = _terminal_pass(terminal, q_rows, with_stats=with_stats)
     extra = -vocab % width
-    mass = host_array(F.pad(terminal, (0, extra)) if extra else terminal)
-    if not stats:
-        return mass, None
+    mass = host_array(F.pad(terminal, (0, extra)) if extra else terminal)  # [N, nB * BS] rows' dtype
     n_rows, n_correction = p_index.shape[0], q_index.shape[0]
-    # [p sums, p minima] then, with corrections, [q sums, q minima]: N, N, C, C entries.
-    values = host_array(torch.cat(stats)).astype(_F64)
-    totals = np.concatenate((values[:n_rows], values[2 * n_rows : 2 * n_rows + n_correction]))
-    minima = np.concatenate((values[n_rows : 2 * n_rows], values[2 * n_rows + n_correction :]))
-    return mass, (totals, minima)
+    row_stats = None
+    if stats:
+        # [p sums, p minima] then, with corrections, [q sums, q minima]: N, N, C, C entries.
+        values = host_array(torch.cat(stats)).astype(_F64)
+        totals = np.concatenate((values[:n_rows], values[2 * n_rows : 2 * n_rows + n_correction]))
+        minima = np.concatenate((values[n_rows : 2 * n_rows], values[2 * n_rows + n_correction :]))
+        row_stats = (totals, minima)
+    return TerminalBlocks(host_block_sums(mass, width), row_stats, mass_reader(mass, width))
 
 
 def terminal_draws(
@@ -667,53 +521,36 @@ def terminal_draws(
 ) -> tuple[IntArray, HostDraw] | None:
     """The correction or bonus draws of the ``drawing`` requests from row ``A``; ``None``: reference path.
 
-    The terminal mass of each row (the residual ``max(p - q, 0)`` of a correction, taken in the rows'
-    dtype; ``p`` itself for a bonus) by :func:`_terminal_mass_host` (or the torch pass when compiling),
-    read-mode checks of the gathered rows by their sums and minima, float64 block sums by one torch
-    reduction per row chunk (the widening and summation order of the reference), then the host search.
+    The terminal pass (:mod:`specround.sampling.host_terminal`, the device's for an accelerator's rows, or
+    the torch pass when compiling) gives float64 block sums of each row's terminal mass (the residual
+    ``max(p - q, 0)`` of a correction, taken in the rows' dtype; ``p`` itself for a bonus) and, in read
+    mode, the rows' sums and minima; then the host search.
     """
     p = batch.p
     k_max, vocab = batch.q.shape[1], p.shape[2]
     is_correction = n_accepted[drawing] < lens[drawing]
     rows = np.concatenate((drawing[is_correction], drawing[~is_correction]))  # corrections first
     a_rows = n_accepted[rows]
-    n_rows, n_correction = rows.shape[0], int(is_correction.sum())
+    n_correction = int(is_correction.sum())
     p_index = rows * (k_max + 1) + a_rows  # [N] flat rows of p
     q_index = rows[:n_correction] * k_max + a_rows[:n_correction]  # [C] flat rows of q
     width = seams.block_width(vocab)
     with_stats = mode == "read"
     if host.p is None or host.q is None:  # rows on an accelerator: the pass runs there
         blocks = seams.device_blocks(batch, p_index, q_index, with_stats)
-        block_sums, stats, block_values = blocks.block_sums, blocks.stats, blocks.block_values
+    elif os.environ.get(COMPILE_ENV) == "1":
+        blocks = _terminal_blocks_torch(batch, p_index, q_index, width, with_stats=with_stats)
     else:
-        if os.environ.get(COMPILE_ENV) == "1":
-            mass, stats = _terminal_mass_torch(batch, p_index, q_index, width, with_stats=with_stats)
-        else:
-            mass, stats = _terminal_mass_host(host.p, host.q, p_index, q_index, width, with_stats=with_stats)
-        block_sums, block_values = _host_blocks(mass, n_rows, width)
-    if stats is not None:
-        totals, minima = stats
+        blocks = terminal_blocks_host(host.p, host.q, p_index, q_index, width, with_stats=with_stats)
+    if blocks.stats is not None:
+        totals, minima = blocks.stats
         tolerance = normalisation_tolerance(p.dtype, vocab) * _TOLERANCE_MARGIN
         # A NaN minimum or a non-finite sum fails its test; the reference path then names the error.
         if not (np.abs(totals - 1.0).max() <= tolerance and minima.min() >= 0):
             return None
-    draw = _draw_from_blocks(block_sums, block_values, n_correction, p.dtype, u_terminal[rows], seams)
+    u_rows = u_terminal[rows]
+    draw = _draw_from_blocks(blocks.block_sums, blocks.block_values, n_correction, p.dtype, u_rows, seams)
     return None if draw is None else (rows, draw)
-
-
-def _host_blocks(
-    mass: npt.NDArray[Any], n_rows: int, width: int
-) -> tuple[FloatArray, Callable[[IntArray], FloatArray]]:
-    """Float64 block sums [N, nB] of the host terminal mass [N, nB * BS] (zero past V), and a block reader."""
-    blocks = torch.from_numpy(mass).view(n_rows, -1, width)  # [N, nB, BS], zero past V
-    block_sums = host_array(blocks.sum(-1, dtype=torch.float64))  # [N, nB] (widening first for float32)
-    mass_host = mass.reshape(n_rows, -1, width)  # [N, nB, BS] the terminal mass
-    index = np.arange(n_rows)
-
-    def block_values(block: IntArray) -> FloatArray:
-        return np.asarray(mass_host[index, block].astype(_F64))  # [N, BS]
-
-    return block_sums, block_values
 
 
 def _draw_from_blocks(
@@ -749,8 +586,8 @@ def few_terminal_draws(
     """:func:`terminal_draws` for a small batch given as Python lists; ``p`` and ``q`` its host arrays.
 
     The same rows in the same order (corrections first), the same checks and the same values, with the
-    row bookkeeping in Python and the terminal mass taken row by row (:func:`_terminal_mass_rows`) when
-    the rows fit one chunk.
+    row bookkeeping in Python and the terminal rows taken one by one
+    (:func:`~specround.sampling.host_terminal.terminal_blocks_rows`) when they fit one chunk.
     """
     k_max, vocab = q.shape[1], p.shape[2]
     rows = [b for b in drawing if accepted[b] < lens[b]]  # corrections first
@@ -761,15 +598,20 @@ def few_terminal_draws(
     q_index = [b * k_max + accepted[b] for b in rows[:n_correction]]  # flat rows of q
     width = seams.block_width(vocab)
     with_stats = mode == "read"
-    if os.environ.get(COMPILE_ENV) == "1" or n_rows * vocab > _HOST_CHUNK_ELEMENTS:
+    compiled = os.environ.get(COMPILE_ENV) == "1"
+    stats: tuple[list[float], list[float]] | None
+    if compiled or n_rows * vocab > host_terminal.HOST_CHUNK_ELEMENTS:
         index_p, index_q = np.array(p_index, dtype=np.int64), np.array(q_index, dtype=np.int64)
-        if os.environ.get(COMPILE_ENV) == "1":
-            mass, arrays = _terminal_mass_torch(batch, index_p, index_q, width, with_stats=with_stats)
+        if compiled:
+            blocks = _terminal_blocks_torch(batch, index_p, index_q, width, with_stats=with_stats)
         else:
-            mass, arrays = _terminal_mass_host(p, q, index_p, index_q, width, with_stats=with_stats)
-        stats = None if arrays is None else (arrays[0].tolist(), arrays[1].tolist())
+            blocks = terminal_blocks_host(p, q, index_p, index_q, width, with_stats=with_stats)
+        block_sums, block_values = blocks.block_sums, blocks.block_values
+        stats = None if blocks.stats is None else (blocks.stats[0].tolist(), blocks.stats[1].tolist())
     else:
-        mass, stats = _terminal_mass_rows(p, q, p_index, q_index, width, with_stats=with_stats)
+        block_sums, stats, block_values = terminal_blocks_rows(
+            p, q, p_index, q_index, width, with_stats=with_stats
+        )
     if stats is not None:
         totals, minima = stats
         tolerance = normalisation_tolerance(batch.p.dtype, vocab) * _TOLERANCE_MARGIN
@@ -777,6 +619,5 @@ def few_terminal_draws(
         if not (all(abs(t - 1.0) <= tolerance for t in totals) and all(m >= 0 for m in minima)):
             return None
     u_rows = np.array([u_terminal[b] for b in rows], dtype=np.float64)
-    block_sums, block_values = _host_blocks(mass, n_rows, width)
     draw = _draw_from_blocks(block_sums, block_values, n_correction, batch.p.dtype, u_rows, seams)
     return None if draw is None else (rows, draw)

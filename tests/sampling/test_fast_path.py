@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from specround.bench.sampler_bench import make_sampler_inputs
-from specround.sampling import exact, fast_path
+from specround.sampling import exact, fast_path, host_terminal
 from specround.sampling.exact import decide, decide_from_uniforms, round_uniforms
 from specround.sampling.fast_path import search_host
 from specround.sampling.op_count import count_tensor_ops
@@ -95,6 +95,21 @@ def test_fast_path_equals_the_reference_with_explicit_uniforms_near_one() -> Non
     fast = decide_from_uniforms(batch, accept, terminal)
     with torch.no_grad():
         assert_same(fast, exact._decide_reference(batch, accept, terminal, "read"))
+
+
+@pytest.mark.parametrize("n_batch", [1, 40])
+def test_a_reused_mass_buffer_holds_no_mass_of_an_earlier_vocabulary(n_batch: int) -> None:
+    """Vocabularies of 300 and 400 both pad to 512 columns: the padding past 300 must read as zero again.
+
+    The host pass keeps its float64 mass buffer between decisions. A decision at V = 400 writes columns
+    300..399, which a later decision at V = 300 sums as padding; each V = 300 decision must still equal
+    the reference (n_batch = 1 takes the row-by-row pass, 40 the chunked one).
+    """
+    for seed in range(6):
+        wide = make_sampler_inputs(n_batch, 4, 400, seed=seed)
+        narrow = make_sampler_inputs(n_batch, 4, 300, seed=seed + 100)
+        decide(wide)
+        assert_same(decide(narrow), reference(narrow))
 
 
 def test_the_fast_path_handles_the_decision_without_a_tensor_op_per_request() -> None:
@@ -240,7 +255,7 @@ def test_the_one_row_search_equals_the_vectorised_search_bit_for_bit() -> None:
 def test_signed_zeros_and_host_chunks_match_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows holding -0.0 entries, drawn as corrections across many host column chunks, decide as the
     reference does (the host clamp keeps a zero's sign as torch's does)."""
-    monkeypatch.setattr(fast_path, "_HOST_CHUNK_ELEMENTS", 512)
+    monkeypatch.setattr(host_terminal, "HOST_CHUNK_ELEMENTS", 512)
     batch = realistic_batch(4, 6, 3, 1000)
     p, q = batch.p.clone(), batch.q.clone()
     p[:, :, :40] = -0.0  # leading zero mass written as -0.0 (p - q = -0.0 where q = +0.0)

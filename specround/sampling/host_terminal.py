@@ -1,0 +1,223 @@
+"""The fast path's terminal pass on the host: float64 block sums of the terminal rows, and a block reader.
+
+A request that draws a terminal token reads one row of ``V`` entries: ``max(p - q, 0)`` for a correction
+(its p and q rows at the first rejection), ``p`` itself for a bonus. The inverse-CDF search needs that row's
+float64 sums over blocks of ``BS`` columns (zero past ``V``), then the float64 values of the one block it
+lands in. This module computes both with the reference's operations (:mod:`specround.sampling.exact`):
+
+- the residual is a correctly rounded subtraction in the rows' dtype and a clamp that keeps a zero's sign,
+  as torch's ``clamp_min`` does;
+- the mass is that row widened exactly to float64, and the block sums are one torch reduction over it.
+
+The rows are read once, in cache-sized column chunks (gathered for many rows, as views for a few), checked
+by their sums and minima in read mode, turned into their residual and widened into the float64 mass. The
+mass buffer is kept for the thread's next decision (a fresh large allocation costs page faults); its
+padding past ``V`` is zeroed on every use, since another vocabulary may have written it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+__all__ = [
+    "HOST_CHUNK_ELEMENTS",
+    "RowStats",
+    "TerminalBlocks",
+    "host_block_sums",
+    "mass_reader",
+    "terminal_blocks_host",
+    "terminal_blocks_rows",
+    "zeros_of",
+]
+
+FloatArray = npt.NDArray[Any]
+"""A float64 numpy array."""
+IntArray = npt.NDArray[Any]
+"""An int64 numpy array."""
+RowStats = tuple[FloatArray, FloatArray]
+"""Sums and minima of the terminal p rows followed by the corrections' q rows (float64)."""
+
+HOST_CHUNK_ELEMENTS = 1 << 18
+"""Entries per row set of one column chunk of the host terminal pass (a few such arrays stay in L2)."""
+
+_F64 = torch.float64
+_workspace = threading.local()
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalBlocks:
+    """The terminal pass of a decision's drawing rows, as the host search needs it.
+
+    ``block_sums`` [N, nB] float64 (the last block zero-padded), the row statistics (read mode, else
+    ``None``), and ``block_values(block [N]) -> [N, BS]``, the float64 terminal mass of one block of each
+    row. For rows on an accelerator the sums and statistics come back in one copy and the reader reads the
+    device; for host rows both are computed here.
+    """
+
+    block_sums: FloatArray
+    stats: RowStats | None
+    block_values: Callable[[IntArray], FloatArray]
+
+
+def zeros_of(dtype: np.dtype[Any], length: int) -> npt.NDArray[Any]:
+    """A read-only zero array of ``dtype`` holding at least ``length`` entries, kept for this thread.
+
+    The residual's clamp takes ``np.maximum(zeros, residual)``: the same values (a zero's sign and NaN
+    included) as with a scalar zero, through numpy's vectorised array loop, several times faster.
+    """
+    kept: dict[np.dtype[Any], npt.NDArray[Any]] | None = getattr(_workspace, "zeros", None)
+    if kept is None:
+        kept = _workspace.zeros = {}
+    cached = kept.get(dtype)
+    if cached is None or cached.shape[0] < length:
+        cached = np.zeros(length, dtype=dtype)
+        cached.flags.writeable = False
+        kept[dtype] = cached
+    return cached[:length]
+
+
+def _mass_buffer(n_rows: int, vocab: int, width: int) -> FloatArray:
+    """A float64 [n_rows, V rounded up to ``width``] buffer whose columns past V are zero.
+
+    One buffer per row width is kept for this thread, grown to the most rows asked for; the caller writes
+    the first V columns of every row.
+    """
+    columns = vocab + (-vocab % width)
+    kept: dict[int, FloatArray] | None = getattr(_workspace, "mass", None)
+    if kept is None:
+        kept = _workspace.mass = {}
+    cached = kept.get(columns)
+    if cached is None or cached.shape[0] < n_rows:
+        if len(kept) >= 4:
+            kept.clear()
+        cached = kept[columns] = np.empty((n_rows, columns), dtype=np.float64)
+    mass = cached[:n_rows]
+    mass[:, vocab:] = 0.0
+    return mass
+
+
+def _residual_buffer(dtype: np.dtype[Any], length: int) -> npt.NDArray[Any]:
+    """A writable [length] buffer of ``dtype`` for one residual row, reused by this thread's next decision."""
+    kept: dict[np.dtype[Any], npt.NDArray[Any]] | None = getattr(_workspace, "residual", None)
+    if kept is None:
+        kept = _workspace.residual = {}
+    cached = kept.get(dtype)
+    if cached is None or cached.shape[0] < length:
+        cached = kept[dtype] = np.empty(length, dtype=dtype)
+    return cached[:length]
+
+
+def host_block_sums(mass: npt.NDArray[Any], width: int) -> FloatArray:
+    """[N, nB] float64 sums of the BS-wide blocks of ``mass`` [N, nB * BS] (one torch reduction).
+
+    A float32 mass (the compiled pass's) is widened by torch before it reduces, which gives the sums of its
+    float64 copy.
+    """
+    blocks = torch.from_numpy(mass).view(mass.shape[0], -1, width)
+    return blocks.sum(-1, dtype=_F64).numpy()
+
+
+def mass_reader(mass: npt.NDArray[Any], width: int) -> Callable[[IntArray], FloatArray]:
+    """``block [N] -> [N, BS]``: that block of each row of ``mass`` [N, nB * BS], widened to float64."""
+    blocks = mass.reshape(mass.shape[0], -1, width)  # [N, nB, BS]
+    index = np.arange(mass.shape[0])
+
+    def read(block: IntArray) -> FloatArray:
+        return np.asarray(blocks[index, block].astype(np.float64))  # [N, BS]
+
+    return read
+
+
+def _clamped_residual(target: npt.NDArray[Any], draft: npt.NDArray[Any], out: npt.NDArray[Any]) -> None:
+    """``out = max(target - draft, 0)`` in the rows' dtype; equal operands of the clamp keep ``-0.0``."""
+    np.subtract(target, draft, out=out)
+    np.maximum(zeros_of(out.dtype, out.shape[-1]), out, out=out)
+
+
+def terminal_blocks_host(
+    p: npt.NDArray[Any],
+    q: npt.NDArray[Any],
+    p_index: IntArray,
+    q_index: IntArray,
+    width: int,
+    *,
+    with_stats: bool,
+) -> TerminalBlocks:
+    """The terminal pass of many rows, one cache-sized column chunk at a time.
+
+    ``p`` [B, K+1, V] and ``q`` [B, K, V] host arrays; ``p_index`` [N] and ``q_index`` [C] flat rows (the
+    first C rows are corrections). Each chunk of the rows is gathered (a copy in the rows' dtype), checked,
+    turned into its residual in place and widened into the mass; each input entry is read from memory once
+    and the mass written once, ready for the block sums.
+    """
+    n_rows, n_correction = p_index.shape[0], q_index.shape[0]
+    vocab = p.shape[2]
+    p_flat, q_flat = p.reshape(-1, vocab), q.reshape(-1, vocab)
+    mass = _mass_buffer(n_rows, vocab, width)
+    totals = np.zeros(n_rows + n_correction)
+    minima = np.full(n_rows + n_correction, np.inf)
+    step = max(width, (HOST_CHUNK_ELEMENTS // max(n_rows, 1)) // width * width)
+    for start in range(0, vocab, step):
+        stop = min(start + step, vocab)
+        target = p_flat[p_index, start:stop]  # [N, c] a copy in the rows' dtype
+        if with_stats:
+            totals[:n_rows] += target.sum(1)
+            np.minimum(minima[:n_rows], target.min(1), out=minima[:n_rows])
+        if n_correction:
+            draft = q_flat[q_index, start:stop]  # [C, c]
+            if with_stats:
+                totals[n_rows:] += draft.sum(1)
+                np.minimum(minima[n_rows:], draft.min(1), out=minima[n_rows:])
+            residual = target[:n_correction]
+            _clamped_residual(residual, draft, residual)
+        mass[:, start:stop] = target  # exact widening
+    stats = (totals, minima) if with_stats else None
+    return TerminalBlocks(host_block_sums(mass, width), stats, mass_reader(mass, width))
+
+
+def terminal_blocks_rows(
+    p: npt.NDArray[Any],
+    q: npt.NDArray[Any],
+    p_index: Sequence[int],
+    q_index: Sequence[int],
+    width: int,
+    *,
+    with_stats: bool,
+) -> tuple[FloatArray, tuple[list[float], list[float]] | None, Callable[[IntArray], FloatArray]]:
+    """:func:`terminal_blocks_host` for a few rows that fit one chunk, row by row on views of the rows.
+
+    The same values: a correction's residual is formed in a reused buffer, a bonus row is widened straight
+    from the input. Returns the block sums, the statistics as Python floats (p rows, then the corrections'
+    q rows) and the block reader.
+    """
+    vocab = p.shape[2]
+    p_flat, q_flat = p.reshape(-1, vocab), q.reshape(-1, vocab)
+    n_correction = len(q_index)
+    mass = _mass_buffer(len(p_index), vocab, width)
+    totals: list[float] = []
+    minima: list[float] = []
+    q_totals: list[float] = []
+    q_minima: list[float] = []
+    for row, flat in enumerate(p_index):
+        target = p_flat[flat]  # [V] a view
+        if with_stats:
+            totals.append(float(target.sum()))
+            minima.append(float(target.min()))
+        if row < n_correction:
+            draft = q_flat[q_index[row]]  # [V] a view
+            if with_stats:
+                q_totals.append(float(draft.sum()))
+                q_minima.append(float(draft.min()))
+            residual = _residual_buffer(p_flat.dtype, vocab)
+            _clamped_residual(target, draft, residual)
+            target = residual
+        mass[row, :vocab] = target  # exact widening
+    stats = (totals + q_totals, minima + q_minima) if with_stats else None
+    return host_block_sums(mass, width), stats, mass_reader(mass, width)
