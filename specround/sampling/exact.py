@@ -104,6 +104,7 @@ __all__ = [
     "DEGENERATE_RESIDUAL_ULPS",
     "InverseCdfDraw",
     "accepts",
+    "accepts_host",
     "accepts_scalar",
     "block_width",
     "decide",
@@ -164,11 +165,23 @@ def accepts(uniforms: torch.Tensor, p_draft: torch.Tensor, q_draft: torch.Tensor
 
     With ``u`` in ``[0, 1)``: ``p >= q`` always accepts (so ``p == q`` never corrects), ``p = 0`` always
     rejects, and ``P(accept) = min(1, p / q)``. Inputs broadcast; returns a bool tensor. The sampler and the
-    audit both call this function (or :func:`accepts_scalar`, the same rule on Python floats), so the rule
-    is written in one place.
+    audit both call this function (or :func:`accepts_scalar` and :func:`accepts_host`, the same rule on
+    Python floats and on numpy arrays), so the rule is written in one place.
     """
     verdict: torch.Tensor = _accept_rule(uniforms.to(_F64), p_draft.to(_F64), q_draft.to(_F64))
     return verdict
+
+
+def accepts_host(
+    uniforms: npt.NDArray[np.float64], p_draft: npt.NDArray[np.float64], q_draft: npt.NDArray[np.float64]
+) -> npt.NDArray[np.bool_]:
+    """:func:`accepts` on float64 numpy arrays: the same verdicts bit for bit, without a tensor op.
+
+    numpy's float64 division and comparison are the IEEE operations torch's are. Used by the fast path's
+    host control (:func:`~specround.sampling.fast_path.decide_on_host`), whose callers have checked that
+    every drafted ``q(d)`` is positive and finite (padding holds ``p = 0``, ``q = 1``).
+    """
+    return np.asarray(_accept_rule(uniforms, p_draft, q_draft), dtype=np.bool_)
 
 
 def accepts_scalar(uniform: float, p_draft: float, q_draft: float) -> bool:
@@ -444,9 +457,8 @@ def _device_terminal_blocks(
     p_part = p_flat.index_select(0, p_rows)  # [N, V] a fresh copy
     q_part = q_flat.index_select(0, q_rows)  # [C, V]
     parts = []
-    if with_stats:  # N + C sums, then N + C minima
-        minima = torch.cat((p_part.amin(1), q_part.amin(1))).to(_F64)
-        parts = [p_part.sum(1, dtype=_F64), q_part.sum(1, dtype=_F64), minima]
+    if with_stats:  # N + C sums, then N + C minima (widened exactly by the concatenation below)
+        parts = [p_part.sum(1, dtype=_F64), q_part.sum(1, dtype=_F64), p_part.amin(1), q_part.amin(1)]
     mass = _pad_to_blocks(_terminal_mass_(p_part, q_part), width)  # [N, nB * BS] (p_part overwritten)
     sums = mass.view(n_rows, -1, width).sum(-1)  # [N, nB] float64
     host = torch.cat([sums.view(-1), *parts]).cpu().numpy()  # one copy
@@ -740,7 +752,7 @@ def _decide(
     """:func:`decide_from_uniforms` after the structural checks: the CPU fast path, else the reference."""
     if host is not None:
         seams = HostSeams(
-            accepts=accepts,
+            accepts=accepts_host,
             search=_search,
             check_all_rows=check_all_rows,
             block_width=block_width,

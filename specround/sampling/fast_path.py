@@ -8,8 +8,9 @@ entries per request. Here the control runs with numpy on the tensors' own memory
 tensor op). The terminal pass also runs on the host (:mod:`specround.sampling.host_terminal`), in
 cache-sized column chunks that read each input entry once (row checks, residual, float64 block sums by one
 torch reduction per chunk), and the acceptance predicate is :func:`~specround.sampling.exact.accepts`
-itself. What remains as tensor ops is three compute ops and the zero-copy wrapping of host arrays (about
-40 dispatched operators in all, whatever B). The inverse-CDF search runs on the host over the block sums.
+itself. What remains as tensor ops is one compute op (the block sums) and the zero-copy wrapping of host
+arrays: about 20 dispatched operators in all, whatever B, nine of them the decision's fields
+(:mod:`specround.sampling.host_decision`). The inverse-CDF search runs on the host over the block sums.
 
 Every value is computed with the same floating-point operations as the reference path (the acceptance
 ratio by ``accepts``, the residual as a correctly rounded subtraction in the rows' dtype and a clamp that
@@ -46,6 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from specround.sampling import host_terminal
+from specround.sampling.host_decision import host_decision
 from specround.sampling.host_terminal import (
     TerminalBlocks,
     host_block_sums,
@@ -300,7 +302,8 @@ def _last_positive(values: list[float]) -> int:
 class HostSeams:
     """The functions of :mod:`specround.sampling.exact` the fast path calls, looked up there at call time."""
 
-    accepts: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    accepts: Callable[[FloatArray, FloatArray, FloatArray], BoolArray]
+    """:func:`~specround.sampling.exact.accepts_host`, the acceptance rule on float64 numpy arrays."""
     search: Callable[[FloatArray, FloatArray, Callable[[IntArray], FloatArray]], HostDraw]
     check_all_rows: Callable[[SamplerBatch], None]
     block_width: Callable[[int], int]
@@ -353,10 +356,8 @@ def decide_on_host(
     ):
         return None
 
-    # Acceptance tests (the one written rule, as torch ops) and the leading accepted run A.
-    u_tensor = accept_uniforms if accept_uniforms.device.type == "cpu" else torch.from_numpy(u)
-    tested = seams.accepts(u_tensor, torch.from_numpy(p_draft), torch.from_numpy(q_draft))
-    accepted_tests = host_array(tested) & within
+    # Acceptance tests (the one written rule, on float64 host arrays) and the leading accepted run A.
+    accepted_tests = seams.accepts(u, p_draft, q_draft) & within
     n_accepted = np.cumprod(accepted_tests, axis=1, dtype=np.int64).sum(1)  # [B] A
 
     # A stop token or the length cap inside the accepted prefix.
@@ -413,28 +414,20 @@ def decide_on_host(
     terminal_kind = np.where(n_accepted < lens, int(TerminalKind.CORRECTION), int(TerminalKind.BONUS))
     terminal_kind = np.where(stopped, int(TerminalKind.STOP), terminal_kind).astype(np.int64)
 
-    def tensor(array: npt.NDArray[Any]) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(array))
-
-    return SamplerDecision(
-        output_ids=tensor(output_ids),
-        emitted=tensor(np.where(stopped, stop_len, n_accepted + 1)),
-        accepted=tensor(prefix_len),
-        terminal=tensor(terminal_kind),
-        finished=tensor(finished),
-        accept_draws=tensor(accept_draws),
-        terminal_draws=tensor(needs_terminal.astype(np.int64)),
-        p_draft=tensor(p_draft),
-        q_draft=tensor(q_draft),
-        accept_uniforms=tensor(np.where(reached, u, _NAN)),
-        terminal_uniform=tensor(np.where(needs_terminal, u_terminal, _NAN)),
-        terminal_row=tensor(np.where(needs_terminal, n_accepted, PAD_ID)),
-        residual_mass=tensor(masses[0]),
-        terminal_mass_before=tensor(masses[1]),
-        terminal_token_mass=tensor(masses[2]),
-        stopped_by_token=tensor(stopped_by_token),
-        degenerate_correction=tensor(np.zeros(n_batch, dtype=np.bool_)),
-    )
+    counts = np.empty((6, n_batch), dtype=np.int64)  # host_decision.COUNT_FIELDS
+    counts[0] = np.where(stopped, stop_len, n_accepted + 1)
+    counts[1], counts[2], counts[3] = prefix_len, terminal_kind, accept_draws
+    counts[4] = needs_terminal
+    counts[5] = np.where(needs_terminal, n_accepted, PAD_ID)
+    flags = np.zeros((3, n_batch), dtype=np.bool_)  # FLAG_FIELDS; no degenerate correction here
+    flags[0], flags[1] = finished, stopped_by_token
+    per_draft = np.empty((3, n_batch, k_max))  # PER_DRAFT_FIELDS
+    per_draft[0], per_draft[1] = p_draft, q_draft
+    per_draft[2] = np.where(reached, u, _NAN)
+    per_request = np.empty((4, n_batch))  # PER_REQUEST_FIELDS: the three masses, then the uniform
+    per_request[:3] = masses
+    per_request[3] = np.where(needs_terminal, u_terminal, _NAN)
+    return host_decision(output_ids, counts, flags, per_draft, per_request)
 
 
 def _gathered_on_device(batch: SamplerBatch) -> tuple[FloatArray, FloatArray]:
@@ -442,8 +435,8 @@ def _gathered_on_device(batch: SamplerBatch) -> tuple[FloatArray, FloatArray]:
     k_max = batch.draft_ids.shape[1]
     safe_ids = batch.draft_ids.clamp_min(0).unsqueeze(2)  # [B, K, 1]
     p_at, q_at = batch.p.narrow(1, 0, k_max).gather(2, safe_ids), batch.q.gather(2, safe_ids)  # [B, K, 1]
-    both = torch.cat((p_at, q_at), dim=1).view(batch.draft_ids.shape[0], 2 * k_max)  # [B, 2K]
-    values = both.to(device="cpu", dtype=torch.float64).numpy()  # one copy; widening is exact
+    both = torch.cat((p_at, q_at), dim=1)  # [B, 2K, 1]
+    values = both.to(device="cpu", dtype=torch.float64).numpy()[:, :, 0]  # one copy; widening is exact
     return values[:, :k_max], values[:, k_max:]
 
 

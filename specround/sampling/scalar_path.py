@@ -4,7 +4,7 @@ For a batch of a few requests (``B * (K + 1) <=`` :data:`SCALAR_LIMIT`), the num
 :func:`~specround.sampling.fast_path.decide_on_host` costs about a hundred small array calls, each of which
 takes longer than the rule it evaluates. Here the same rules run on Python numbers: the gathered draft
 probabilities, the accepted run, stops and the length cap, RNG accounting and the output layout. The
-acceptance test is still :func:`~specround.sampling.exact.accepts` (one call for the whole batch), and
+acceptance test is :func:`~specround.sampling.exact.accepts_scalar` (the one written rule on floats), and
 the terminal draws are the fast path's own host pass (:func:`~specround.sampling.fast_path.terminal_draws`),
 so the values are those of the reference path bit for bit; ``tests/sampling/test_fast_path.py`` compares
 all three paths field by field.
@@ -24,6 +24,7 @@ import numpy.typing as npt
 import torch
 
 from specround.sampling.fast_path import HostSeams, few_terminal_draws, host_array
+from specround.sampling.host_decision import host_decision
 from specround.sampling.types import PAD_ID, SamplerBatch, SamplerDecision, TerminalKind
 from specround.sampling.validation import ValidationMode
 
@@ -254,34 +255,22 @@ def _decision(
             row = ids[b][:run] + [tokens[b]] + [PAD_ID] * (k_max - run)
         output_ids.append(row)
     needs = [not s for s in stop_len]
-
-    def ints(values: list[Any]) -> torch.Tensor:
-        return torch.from_numpy(np.array(values, dtype=np.int64))
-
-    def floats(values: list[Any]) -> torch.Tensor:
-        return torch.from_numpy(np.array(values, dtype=np.float64))
-
-    def flags(values: list[bool]) -> torch.Tensor:
-        return torch.from_numpy(np.array(values, dtype=np.bool_))
-
-    return SamplerDecision(
-        output_ids=ints(output_ids).reshape(n_batch, k_max + 1),
-        emitted=ints(emitted),
-        accepted=ints(prefix),
-        terminal=ints(kinds),
-        finished=flags(finished),
-        accept_draws=ints(draws),
-        terminal_draws=ints([int(n) for n in needs]),
-        p_draft=floats(p_draft).reshape(n_batch, k_max),
-        q_draft=floats(q_draft).reshape(n_batch, k_max),
-        accept_uniforms=floats(
-            [[u[b][i] if i < draws[b] else _NAN for i in range(k_max)] for b in range(n_batch)]
-        ).reshape(n_batch, k_max),
-        terminal_uniform=floats([u_terminal[b] if needs[b] else _NAN for b in range(n_batch)]),
-        terminal_row=ints([accepted[b] if needs[b] else PAD_ID for b in range(n_batch)]),
-        residual_mass=floats(masses[0]),
-        terminal_mass_before=floats(masses[1]),
-        terminal_token_mass=floats(masses[2]),
-        stopped_by_token=flags(stopped_by_token),
-        degenerate_correction=flags([False] * n_batch),
-    )
+    counts = np.array(  # host_decision.COUNT_FIELDS
+        [
+            emitted,
+            prefix,
+            kinds,
+            draws,
+            [int(n) for n in needs],
+            [accepted[b] if needs[b] else PAD_ID for b in range(n_batch)],
+        ],
+        dtype=np.int64,
+    ).reshape(6, n_batch)
+    flags = np.zeros((3, n_batch), dtype=np.bool_)  # FLAG_FIELDS; no degenerate correction here
+    flags[0], flags[1] = finished, stopped_by_token
+    reached_uniforms = [[u[b][i] if i < draws[b] else _NAN for i in range(k_max)] for b in range(n_batch)]
+    per_draft = np.array([p_draft, q_draft, reached_uniforms], dtype=np.float64).reshape(3, n_batch, k_max)
+    terminal_uniform = [u_terminal[b] if needs[b] else _NAN for b in range(n_batch)]
+    per_request = np.array([*masses, terminal_uniform], dtype=np.float64).reshape(4, n_batch)
+    output = np.array(output_ids, dtype=np.int64).reshape(n_batch, k_max + 1)
+    return host_decision(output, counts, flags, per_draft, per_request)
