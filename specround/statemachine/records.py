@@ -41,6 +41,9 @@ M = TypeVar("M", bound=BaseModel)
 
 _DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {}
 _FIELD_COUNT: dict[type[BaseModel], int] = {}
+_ALL_FIELDS: dict[type[BaseModel], set[str]] = {}
+"""Per registered record: the set of its field names, shared as the fields set of every assembled
+instance (each has every field; a set never mutated in place: pydantic's copies take their own)."""
 _FLOAT_FIELDS: dict[type[BaseModel], tuple[tuple[str, int], ...]] = {}
 """Per registered record: the fields whose values may hold a float, with how (checked by record_bytes)."""
 _set_attr = object.__setattr__
@@ -68,6 +71,7 @@ def register_record(cls: type[M]) -> type[M]:
             defaults[name] = field.default
     _DEFAULTS[cls] = defaults
     _FIELD_COUNT[cls] = len(cls.__pydantic_fields__)
+    _ALL_FIELDS[cls] = set(cls.__pydantic_fields__)
     kinds = ((name, _float_kind(field.annotation)) for name, field in cls.__pydantic_fields__.items())
     _FLOAT_FIELDS[cls] = tuple((name, kind) for name, kind in kinds if kind != _NO_FLOAT)
     return cls
@@ -111,7 +115,8 @@ def assemble(cls: type[M], values: dict[str, Any]) -> M:
     data = {**defaults, **values} if defaults and len(values) < _FIELD_COUNT[cls] else values
     instance = _new(cls)
     _set_attr(instance, "__dict__", data)
-    _set_fields_set(instance, set(data))
+    # Every field is set, so the fields set is the class's own (one object for all instances).
+    _set_fields_set(instance, _ALL_FIELDS[cls] if len(data) == _FIELD_COUNT[cls] else set(data))
     _set_extra(instance, None)
     _set_private(instance, None)
     return instance

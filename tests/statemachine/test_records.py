@@ -132,6 +132,19 @@ def test_assemble_equals_validated_construction(cls: type[BaseModel], values: di
     assert record_digest(fast) == digest(slow)
 
 
+def test_assembled_records_share_one_fields_set_that_copies_never_touch() -> None:
+    """Every assembled instance has every field set; the set is shared, and a copy with an update (the only
+    pydantic path that writes a fields set of a frozen record) changes its own copy, not the shared one."""
+    first = assemble(RngCounters, {"proposal": 1, "accept": 2, "terminal": 3})
+    second = assemble(RngCounters, {"proposal": 4, "accept": 5, "terminal": 6})
+    assert first.model_fields_set is second.model_fields_set
+    assert first.model_fields_set == set(RngCounters.model_fields)
+    shared = set(first.model_fields_set)
+    copied = first.model_copy(update={"accept": 9})
+    assert copied.accept == 9 and copied.model_fields_set is not first.model_fields_set
+    assert first.model_fields_set == shared and first.accept == 2
+
+
 def test_commit_digest_is_the_canonical_digest() -> None:
     cls, values = SAMPLES[2]
     commit = cls(**values)
