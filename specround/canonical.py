@@ -7,8 +7,9 @@ audit all encode through it, so writer and auditor share one implementation.
 
 * UTF-8 JSON, no whitespace, object keys sorted by code point, non-ASCII characters written as UTF-8 (not
   escaped); object keys must be strings.
-* Tuples and lists are arrays; sets are sorted arrays; enums are their value; pydantic models are
-  ``model_dump(mode="json")``; ``None`` is ``null``; booleans ``true``/``false``.
+* Tuples, lists and other sequences (not strings or bytes) are arrays; sets are sorted arrays; enums are
+  their value; pydantic models are ``model_dump(mode="json")``; ``None`` is ``null``; booleans
+  ``true``/``false``.
 * Integers in decimal; only integers in ``[-2**63, 2**64)`` have a canonical form (seeds, counters and
   token ids all fit).
 * Floats in the shortest decimal that reads back to the same double (``0.1``, ``1e-7``, ``1e+16``,
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from enum import Enum
 from typing import Any
 
@@ -58,6 +60,8 @@ def _default(value: Any) -> Any:
         return value.value
     if isinstance(value, (set, frozenset)):
         return sorted(value)
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray)):
+        return list(value)  # e.g. a request's token sequence (specround.statemachine.tokens.Tokens)
     raise TypeError(f"value of type {type(value).__name__} has no canonical JSON form")
 
 

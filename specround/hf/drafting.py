@@ -37,7 +37,7 @@ class DraftAsk:
     """What one row asks of the drafter this step."""
 
     row: int
-    context: tuple[int, ...]
+    context: Sequence[int]
     """The published output ``O`` (prompt, generated tokens; the last one is the frontier)."""
     k: int
     chain: ProcessorChain

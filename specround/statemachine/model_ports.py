@@ -182,7 +182,7 @@ class ProposalRequest:
     """One request's part of a batched proposal."""
 
     request_id: str
-    context_ids: tuple[int, ...]
+    context_ids: Sequence[int]
     """O: every emitted token of the request, prompt included (the last one is the frontier)."""
     k: int
     """The largest draft length wanted (a proposer may return fewer drafts)."""

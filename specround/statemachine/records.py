@@ -18,6 +18,7 @@ what makes it cheaper than the generic check.
 
 from __future__ import annotations
 
+import collections.abc
 import hashlib
 import math
 import types
@@ -94,7 +95,7 @@ def _float_kind(annotation: Any) -> int:
     args = [arg for arg in typing.get_args(annotation) if arg is not Ellipsis]
     if origin is typing.Union or origin is types.UnionType:
         return max(_float_kind(arg) for arg in args)
-    if origin is tuple:
+    if origin is tuple or origin is collections.abc.Sequence:
         inner = max((_float_kind(arg) for arg in args), default=_NO_FLOAT)
         return _SEQUENCE if inner == _SCALAR else inner
     if origin is dict:

@@ -35,6 +35,7 @@ from specround.statemachine.state import (
     fold_tokens,
     state_digest,
 )
+from specround.statemachine.tokens import Tokens
 
 __all__ = [
     "KvStaging",
@@ -117,9 +118,9 @@ def open_snapshot(config: RequestConfig) -> RequestSnapshot:
             ) from exc
     state = RequestState(
         request_id=config.request_id,
-        output=prompt,
+        output=Tokens(prompt),
         prompt_len=len(prompt),
-        cache=prompt[:-1],
+        cache=Tokens(prompt[:-1]),
         frontier=prompt[-1],
         position=len(prompt) - 1,
         processors=chain.to_spec(),
@@ -196,8 +197,8 @@ def stage_successor(
         except InvalidProcessorError as exc:
             raise StagingValidationError(f"the processors refuse emitted tokens {emitted}: {exc}") from exc
         processors, processors_digest = chain.to_spec(), chain.digest()
-    output = s0.output + emitted
-    cache = s0.cache + committed
+    output = s0.output.extended(emitted)  # O(emitted): the tokens are shared, not copied
+    cache = s0.cache.extended(committed)
     state = assemble(
         RequestState,
         {

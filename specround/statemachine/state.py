@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from specround.canonical import digest, dumps_trusted, first_non_finite
 from specround.sampling.types import Layout
 from specround.statemachine.records import record_digest, register_record
+from specround.statemachine.tokens import Tokens
 
 __all__ = [
     "TOKEN_FOLD_SEED",
@@ -117,10 +118,10 @@ class RequestState(BaseModel):
     model_config = _FROZEN
 
     request_id: str
-    output: tuple[int, ...]
-    """O: every emitted token, prompt included."""
+    output: Tokens
+    """O: every emitted token, prompt included (any sequence of ints validates into :class:`Tokens`)."""
     prompt_len: int = Field(ge=1)
-    cache: tuple[int, ...]
+    cache: Tokens
     """C: token ids whose target K/V rows are committed, in position order."""
     frontier: int | None
     """F: the emitted token with no K/V row yet."""
