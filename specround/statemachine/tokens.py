@@ -63,8 +63,11 @@ class Tokens(Sequence[int]):
     def __getitem__(self, index: slice) -> tuple[int, ...]: ...
 
     def __getitem__(self, index: int | slice) -> int | tuple[int, ...]:
-        if isinstance(index, slice):
-            return tuple(self._items[: self._length][index])
+        if isinstance(index, slice):  # O(len(slice)): only the sliced entries are read
+            start, stop, step = index.indices(self._length)
+            if step == 1:  # the usual slice: both bounds are within the view
+                return tuple(self._items[start:stop])
+            return tuple(self._items[i] for i in range(start, stop, step))
         length = self._length
         if not -length <= index < length:
             raise IndexError("token index out of range")

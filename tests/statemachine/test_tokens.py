@@ -32,6 +32,17 @@ def test_tokens_behave_as_the_tuple_of_their_ids() -> None:
     assert pickle.loads(pickle.dumps(tokens)) == tokens and copy.deepcopy(tokens) == tokens
 
 
+def test_a_slice_of_a_shorter_view_never_reads_past_its_end() -> None:
+    base = Tokens(range(10))
+    base.extended(range(10, 20))  # the shared list now holds 20 entries
+    expected = tuple(range(10))
+    bounds = (None, -12, -3, -1, 0, 2, 9, 10, 15)
+    for start in bounds:
+        for stop in bounds:
+            for step in (None, 1, 2, -1, -3):
+                assert base[start:stop:step] == expected[start:stop:step], (start, stop, step)
+
+
 def test_an_extension_leaves_the_shorter_view_as_it_was() -> None:
     base = Tokens([1, 2])
     longer = base.extended([3, 4])
