@@ -197,8 +197,8 @@ def stage_successor(
         except InvalidProcessorError as exc:
             raise StagingValidationError(f"the processors refuse emitted tokens {emitted}: {exc}") from exc
         processors, processors_digest = chain.to_spec(), chain.digest()
-    output = s0.output.extended(emitted)  # O(emitted): the tokens are shared, not copied
-    cache = s0.cache.extended(committed)
+    output = Tokens.of(s0.output).extended(emitted)  # O(emitted): the tokens are shared, not copied
+    cache = Tokens.of(s0.cache).extended(committed)
     state = assemble(
         RequestState,
         {

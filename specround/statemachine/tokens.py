@@ -44,6 +44,15 @@ class Tokens(Sequence[int]):
         view._items, view._length = items, length
         return view
 
+    @classmethod
+    def of(cls, tokens: Sequence[int]) -> Tokens:
+        """``tokens`` itself when it is a :class:`Tokens`, else a new one holding them.
+
+        A state built without validation (``model_construct``, ``model_copy(update=...)``) may hold a
+        tuple; staging from it starts a new list once.
+        """
+        return tokens if isinstance(tokens, Tokens) else cls(tokens)
+
     def extended(self, tokens: Iterable[int]) -> Tokens:
         """The tokens followed by ``tokens``: O(len(tokens)), unless another view extended them first."""
         with _extend_lock:

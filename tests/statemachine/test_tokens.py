@@ -5,15 +5,15 @@ from __future__ import annotations
 import copy
 import pickle
 import threading
+from dataclasses import replace
 
 import pytest
 
 from specround.canonical import canonical_bytes
-from specround.sampling.types import Layout
 from specround.statemachine.staging import open_snapshot, stage_successor
-from specround.statemachine.state import RequestConfig, RequestState, RngCounters
+from specround.statemachine.state import RequestState, RngCounters
 from specround.statemachine.tokens import Tokens
-from tests.statemachine.test_state_and_staging import BASE
+from tests.statemachine.test_state_and_staging import BASE, _config
 
 
 def test_tokens_behave_as_the_tuple_of_their_ids() -> None:
@@ -88,15 +88,7 @@ def test_a_state_validates_any_sequence_into_tokens_and_dumps_a_tuple() -> None:
 
 
 def test_staging_twice_from_one_state_keeps_both_successors_apart() -> None:
-    config = RequestConfig(
-        request_id="r",
-        prompt_ids=(1, 2, 3),
-        seed=0,
-        max_new_tokens=8,
-        layout=Layout.REPLAY_FRONTIER,
-        vocab_size=16,
-    )
-    start = open_snapshot(config)
+    start = open_snapshot(_config(vocab_size=16))
     first = stage_successor(start, (5, 9), (3, 5), RngCounters(), finished=False, finish_reason=None)
     retry = stage_successor(start, (7,), (3,), RngCounters(), finished=False, finish_reason=None)
     after_first = stage_successor(first, (4,), (9,), RngCounters(), finished=False, finish_reason=None)
@@ -106,3 +98,14 @@ def test_staging_twice_from_one_state_keeps_both_successors_apart() -> None:
     assert after_first.state.output == (1, 2, 3, 5, 9, 4) and after_first.state.cache == (1, 2, 3, 5, 9)
     for snapshot in (start, first, retry, after_first):
         assert snapshot.digest == snapshot.state.digest()
+
+
+def test_staging_from_a_state_built_without_validation_starts_its_own_tokens() -> None:
+    start = open_snapshot(_config(vocab_size=16))
+    raw = start.state.model_copy(update={"output": (1, 2, 3), "cache": (1, 2)})  # tuples, not validated
+    assert isinstance(raw.output, tuple)
+    successor = stage_successor(
+        replace(start, state=raw), (5,), (3,), RngCounters(), finished=False, finish_reason=None
+    )
+    assert successor.state.output == (1, 2, 3, 5) and isinstance(successor.state.output, Tokens)
+    assert Tokens.of(successor.state.output) is successor.state.output
