@@ -6,16 +6,17 @@ reads ``O(B * (K + S))`` numbers; done with torch it is hundreds of tiny kernels
 cost of a small batch. Its *terminal pass* reads one ``p`` row (and one ``q`` row for a correction) of ``V``
 entries per request. Here the control runs with numpy on the tensors' own memory (zero-copy views, no
 tensor op). The terminal pass also runs on the host (:mod:`specround.sampling.host_terminal`), in
-cache-sized column chunks that read each input entry once (row checks, residual, float64 block sums by one
-torch reduction per chunk), and the acceptance predicate is :func:`~specround.sampling.exact.accepts`
-itself. What remains as tensor ops is one compute op (the block sums) and the zero-copy wrapping of host
-arrays: about 20 dispatched operators in all, whatever B, nine of them the decision's fields
-(:mod:`specround.sampling.host_decision`). The inverse-CDF search runs on the host over the block sums.
+cache-sized column chunks that read each input entry once (row checks, residual, exact widening into the
+float64 mass), whose block sums are then one torch reduction; the acceptance test is the one written rule
+on numpy arrays (:func:`~specround.sampling.exact.accepts_host`). What remains as tensor ops is one
+compute op (the block sums) and the zero-copy wrapping of host arrays: about 20 dispatched operators in
+all, whatever B, nine of them the decision's fields (:mod:`specround.sampling.host_decision`). The
+inverse-CDF search runs on the host over the block sums.
 
 Every value is computed with the same floating-point operations as the reference path (the acceptance
-ratio by ``accepts``, the residual as a correctly rounded subtraction in the rows' dtype and a clamp that
-keeps a zero's sign as torch's does, block sums by the same torch reduction over the same float64 values,
-cumulative sums sequentially in float64), so the decision is identical bit for bit;
+ratio by the rule ``accepts`` applies, the residual as a correctly rounded subtraction in the rows' dtype
+and a clamp that keeps a zero's sign as torch's does, block sums by the same torch reduction over the
+same float64 values, cumulative sums sequentially in float64), so the decision is identical bit for bit;
 ``tests/sampling/test_decision_fixture.py`` and ``tests/sampling/test_fast_path.py`` hold it to that.
 
 A batch on an accelerator takes the same control on the host: :func:`device_host_batch` copies its integers

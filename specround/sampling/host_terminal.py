@@ -34,7 +34,6 @@ __all__ = [
     "mass_reader",
     "terminal_blocks_host",
     "terminal_blocks_rows",
-    "zeros_of",
 ]
 
 FloatArray = npt.NDArray[Any]
@@ -66,7 +65,7 @@ class TerminalBlocks:
     block_values: Callable[[IntArray], FloatArray]
 
 
-def zeros_of(dtype: np.dtype[Any], length: int) -> npt.NDArray[Any]:
+def _zeros(dtype: np.dtype[Any], length: int) -> npt.NDArray[Any]:
     """A read-only zero array of ``dtype`` holding at least ``length`` entries, kept for this thread.
 
     The residual's clamp takes ``np.maximum(zeros, residual)``: the same values (a zero's sign and NaN
@@ -138,7 +137,7 @@ def mass_reader(mass: npt.NDArray[Any], width: int) -> Callable[[IntArray], Floa
 def _clamped_residual(target: npt.NDArray[Any], draft: npt.NDArray[Any], out: npt.NDArray[Any]) -> None:
     """``out = max(target - draft, 0)`` in the rows' dtype; equal operands of the clamp keep ``-0.0``."""
     np.subtract(target, draft, out=out)
-    np.maximum(zeros_of(out.dtype, out.shape[-1]), out, out=out)
+    np.maximum(_zeros(out.dtype, out.shape[-1]), out, out=out)
 
 
 def terminal_blocks_host(
