@@ -18,7 +18,6 @@ what makes it cheaper than the generic check.
 
 from __future__ import annotations
 
-import collections.abc
 import hashlib
 import math
 import types
@@ -28,6 +27,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from specround.canonical import canonical_bytes, dumps_trusted, first_non_finite
+from specround.statemachine.tokens import Tokens
 
 __all__ = [
     "assemble",
@@ -87,6 +87,8 @@ def _float_kind(annotation: Any) -> int:
     """Classify a field annotation (see :data:`_SCALAR` and its siblings)."""
     if annotation is float:
         return _SCALAR
+    if annotation is Tokens:  # token ids: ints only
+        return _NO_FLOAT
     if annotation is Any or annotation is typing.Any:
         return _NESTED
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -95,7 +97,7 @@ def _float_kind(annotation: Any) -> int:
     args = [arg for arg in typing.get_args(annotation) if arg is not Ellipsis]
     if origin is typing.Union or origin is types.UnionType:
         return max(_float_kind(arg) for arg in args)
-    if origin is tuple or origin is collections.abc.Sequence:
+    if origin is tuple:
         inner = max((_float_kind(arg) for arg in args), default=_NO_FLOAT)
         return _SEQUENCE if inner == _SCALAR else inner
     if origin is dict:
