@@ -62,7 +62,7 @@ from specround.statemachine.batch_rows import BatchRows, check_batch_rows
 from specround.statemachine.binding import coordinate_digest, round_coordinate, static_coordinate
 from specround.statemachine.events import RequestOpened, RoundTimings
 from specround.statemachine.faults import FaultPlan
-from specround.statemachine.lifecycle import RoundPhase, build_lifecycle_machine
+from specround.statemachine.lifecycle import LifecycleDispatch, RoundPhase, build_lifecycle_machine
 from specround.statemachine.ports import EventLog
 from specround.statemachine.replay import replay_request
 from specround.statemachine.rounds import (
@@ -125,6 +125,7 @@ class RoundController:
         self._row_digests = row_digests
         self._live: dict[str, LiveRequest] = {}
         self._machine = build_lifecycle_machine()
+        self._dispatch = LifecycleDispatch(self._machine)  # the machine's table, fired without its engine
         self._fsm_pool: list[StepFsm] = []
         self._settings = StepSettings(
             log=log, faults=faults, validate=validate, row_digests=row_digests, release=self._release_fsm
@@ -609,13 +610,11 @@ class RoundController:
     # --- internals: rounds ------------------------------------------------------------------------------
 
     def _new_fsm(self) -> StepFsm:
-        fsm = StepFsm()
-        self._machine.add_model(fsm, initial=RoundPhase.ROUND_READY)
-        return fsm
+        return StepFsm(self._dispatch)
 
     def _release_fsm(self, fsm: StepFsm) -> None:
         fsm.step = None
-        self._machine.set_state(RoundPhase.ROUND_READY, model=fsm)
+        fsm.state = RoundPhase.ROUND_READY
         self._fsm_pool.append(fsm)
 
     def _open_round(self, index: int, proposal: RoundProposal | RoundInput) -> RoundWork:

@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -46,7 +46,7 @@ from specround.statemachine.events import (
     RoundVerified,
 )
 from specround.statemachine.faults import FaultPlan, FaultPoint
-from specround.statemachine.lifecycle import RoundPhase, Trigger, next_phase
+from specround.statemachine.lifecycle import LifecycleDispatch, RoundPhase, Trigger, next_phase
 from specround.statemachine.ports import EventLog, PublishOutcome, PublishStatus, RoundPublication
 from specround.statemachine.records import assemble, record_digest_of
 from specround.statemachine.rounds import (
@@ -88,16 +88,23 @@ class StepSettings:
 
 
 class StepFsm:
-    """The model the lifecycle machine drives for one step (pooled and reused across steps)."""
+    """The lifecycle model of one step (pooled and reused across steps): its phase, moved by triggers.
 
-    state: RoundPhase
-    step: Step | None = None
+    Triggers fire through the controller's :class:`~specround.statemachine.lifecycle.LifecycleDispatch`,
+    compiled from its ``transitions`` machine: the ``publish`` trigger runs :meth:`write_publication` first
+    and, if that raises, the phase stays ``STAGED``.
+    """
 
-    if TYPE_CHECKING:
+    __slots__ = ("_dispatch", "state", "step")
 
-        def trigger(self, name: str) -> bool:
-            """Fire a lifecycle trigger (bound by ``Machine.add_model``)."""
-            ...
+    def __init__(self, dispatch: LifecycleDispatch) -> None:
+        self._dispatch = dispatch
+        self.state = RoundPhase.ROUND_READY
+        self.step: Step | None = None
+
+    def trigger(self, name: str) -> None:
+        """Fire a lifecycle trigger; IllegalTransitionError if the table forbids it in this phase."""
+        self.state = self._dispatch.fire(self, self.state, name)
 
     def write_publication(self) -> None:
         """``before`` callback of ``publish``: the durable group commit (never in ``on_enter``)."""
@@ -424,7 +431,7 @@ class Step:
         next_phase(self._fsm.state, trigger)
 
     def _fire(self, trigger: str) -> None:
-        self._fsm.trigger(trigger)  # bound by ``Machine.add_model``
+        self._fsm.trigger(trigger)
 
     def _advance_live_rounds(self, trigger: str, work: Callable[[RoundWork], None]) -> None:
         """Run ``work`` on every live round and move it on by ``trigger``, then fire ``trigger``.

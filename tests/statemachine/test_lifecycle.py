@@ -8,6 +8,7 @@ from specround.errors import IllegalTransitionError
 from specround.statemachine.lifecycle import (
     LIFECYCLE_TRANSITIONS,
     PUBLISH_CALLBACK,
+    LifecycleDispatch,
     RoundPhase,
     Trigger,
     build_lifecycle_machine,
@@ -96,8 +97,49 @@ def test_a_controller_reuses_one_machine_across_steps() -> None:
 
     controller = RoundController(MemoryEventLog())
     controller.open_request((1, 2), seed=0, vocab_size=8, request_id="r", max_new_tokens=50)
-    machine = controller._machine
+    machine, dispatch = controller._machine, controller._dispatch
     for _ in range(5):
         controller.run_round(scripted_input(controller, "r", (3,), 1, 4))
-    assert controller._machine is machine
-    assert len(machine.models) == 1  # one pooled step model, reused
+        assert len(controller._fsm_pool) == 1  # one pooled step model, reused
+    assert controller._machine is machine and controller._dispatch is dispatch
+
+
+def test_the_compiled_dispatch_holds_exactly_the_table() -> None:
+    dispatch = LifecycleDispatch(build_lifecycle_machine())
+    every = {
+        (phase, trigger)
+        for phase in RoundPhase
+        for trigger in vars(Trigger).values()
+        if isinstance(trigger, str) and not trigger.startswith("_")
+    }
+    allowed = dispatch.moves()
+    for phase, trigger in every:
+        if (phase, trigger) in allowed:
+            assert allowed[(phase, trigger)] is next_phase(phase, trigger)
+        else:
+            with pytest.raises(IllegalTransitionError):
+                next_phase(phase, trigger)
+    assert len(allowed) == 8  # four forward moves and ABORT from the four phases before PUBLISHED
+
+
+def test_a_failing_before_callback_through_the_dispatch_keeps_the_phase() -> None:
+    dispatch = LifecycleDispatch(build_lifecycle_machine())
+    failing, working = _Model(fail=True), _Model(fail=False)
+    phase = RoundPhase.STAGED
+    with pytest.raises(RuntimeError):
+        dispatch.fire(failing, phase, Trigger.PUBLISH)
+    assert failing.writes == 0
+    assert dispatch.fire(working, phase, Trigger.PUBLISH) is RoundPhase.PUBLISHED and working.writes == 1
+    assert dispatch.fire(failing, phase, Trigger.ABORT) is RoundPhase.ABORTED
+    with pytest.raises(IllegalTransitionError):
+        dispatch.fire(working, RoundPhase.PUBLISHED, Trigger.ABORT)
+
+
+def test_a_machine_with_callbacks_the_dispatch_would_skip_is_refused() -> None:
+    from transitions import Machine
+
+    table = [dict(row) for row in LIFECYCLE_TRANSITIONS]
+    table[0]["after"] = "noted"
+    machine = Machine(model=None, states=RoundPhase, transitions=table, initial=RoundPhase.ROUND_READY)
+    with pytest.raises(ValueError, match="beyond 'before'"):
+        LifecycleDispatch(machine)
