@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specround.statemachine.events import RoundTimings
+from specround.statemachine.events import RoundTimings, whole_microseconds
 
 __all__ = ["RoundWork", "StepTimes", "share_out", "verify_calls"]
 
@@ -58,11 +58,13 @@ def share_out(times: StepTimes, work: Sequence[RoundWork]) -> list[RoundTimings]
     share = 1.0 / len(work) if work else 0.0
     return [
         RoundTimings(
-            draft_s=_part(times.draft_s, w.asked, asked_total),
-            verify_s=_part(times.verify_s, w.computed_rows, computed_total)
-            + _part(times.frontier_s, w.frontier_rows, frontier_total),
-            state_s=w.own_s,
-            queue_s=times.gap_s * share,
+            draft_s=whole_microseconds(_part(times.draft_s, w.asked, asked_total)),
+            verify_s=whole_microseconds(
+                _part(times.verify_s, w.computed_rows, computed_total)
+                + _part(times.frontier_s, w.frontier_rows, frontier_total)
+            ),
+            state_s=whole_microseconds(w.own_s),
+            queue_s=whole_microseconds(times.gap_s * share),
         )
         for w in work
     ]

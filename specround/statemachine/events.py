@@ -33,6 +33,7 @@ __all__ = [
     "RoundTimings",
     "RoundVerified",
     "parse_event",
+    "whole_microseconds",
 ]
 
 EVENT_SCHEMA_VERSION = 1
@@ -130,8 +131,21 @@ class RoundStaged(_EventBase):
     successor_digest: str
 
 
+def whole_microseconds(seconds: float) -> float:
+    """``seconds`` rounded to whole microseconds (how measured timings are recorded).
+
+    A timing of ``n / 1e6`` seconds is stored as the integer ``n`` (a few bytes instead of a float64) by
+    the SQL log; the clocks' sub-microsecond digits are noise at the scale of a round.
+    """
+    return round(seconds * 1e6) / 1e6
+
+
 class RoundTimings(BaseModel):
-    """Wall time of the parts of a round, in seconds (the time ledger, contract#time-ledger)."""
+    """Wall time of the parts of a round, in seconds (the time ledger, contract#time-ledger).
+
+    Measured timings are recorded at whole microseconds (:func:`whole_microseconds`); any non-negative
+    float is accepted.
+    """
 
     model_config = _FROZEN
 

@@ -30,11 +30,12 @@ Layout (little-endian). Byte 0 is the form:
     ``terminal_q`` is ``+0.0`` (4); ``emitted_ids`` start with the accepted drafts (8, only the rest is
     stored); ``committed_kv_ids`` end with the accepted drafts and ``discarded_kv_ids`` are the other
     drafts (16, only the committed tokens before the drafts are stored); bits 5 and 6: the two float arrays
-    are float32. Then a ``uint32`` bitmap of the small fields that differ from their prediction
-    (``_shift``: e.g. ``verify_rows`` = drafts + 1, the uniforms = ``accept_draws``; 0 for the
-    others) and those differences, then the wide integers, all as zigzag LEB128 varints, then the two float
-    arrays and the digests as in ``COMPACT`` (less the ones the flags leave out). A value that does not
-    follow a pattern is stored as it is, so every round has a ``COMPACT2`` body whenever it has a
+    are float32; bit 7 (128): the four timings are whole microseconds, stored as integers after the wide
+    ones (and left out of the second float array). Then a ``uint32`` bitmap of the small fields that differ
+    from their prediction (``_shift``: e.g. ``verify_rows`` = drafts + 1, the uniforms = ``accept_draws``;
+    0 for the others) and those differences, then the wide integers, all as zigzag LEB128 varints, then the
+    two float arrays and the digests as in ``COMPACT`` (less the ones the flags leave out). A value that
+    does not follow a pattern is stored as it is, so every round has a ``COMPACT2`` body whenever it has a
     ``COMPACT`` one.
 
 :func:`encode_round` chooses a compact form only when every value has exactly the type the compact form
@@ -424,6 +425,10 @@ _EMITTED_DERIVED = 8
 _KV_DERIVED = 16
 _FIRST_NARROW = 32
 _SECOND_NARROW = 64
+_TIMINGS_MICROS = 128
+_MICRO = 1e6
+_LONGEST_TIMING = 2.0**32
+"""Timings from this many seconds on are stored as floats (their microseconds would not be small)."""
 _F64 = struct.Struct("=d")
 _ZERO = _F64.pack(0.0)
 
@@ -477,6 +482,11 @@ def _pack_compact2(
     if after_same:
         flags |= _AFTER_SAME
         digest_bytes = digest_bytes[:-64] + digest_bytes[-32:]
+    micros = _whole_microseconds(others[-len(_TIMINGS) :]) if small[28] else None
+    if micros is not None:
+        flags |= _TIMINGS_MICROS
+        others = others[: -len(_TIMINGS)]
+        wide += micros
     first, first_narrow = _floats(probabilities)
     second, second_narrow = _floats(others)
     flags |= _FIRST_NARROW * first_narrow | _SECOND_NARROW * second_narrow
@@ -491,6 +501,23 @@ def _pack_compact2(
             digest_bytes,
         )
     )
+
+
+def _whole_microseconds(timings: list[Any]) -> list[int] | None:
+    """The timings as whole microseconds when each is exactly ``n / 1e6`` for a whole ``n >= 0``, else None.
+
+    Recorded timings are rounded to microseconds (:func:`~specround.statemachine.events.whole_microseconds`),
+    so they are stored as small integers; the check is on the bits, so reading restores the same float.
+    """
+    out = []
+    for value in timings:
+        if not 0.0 <= value < _LONGEST_TIMING:  # also NaN
+            return None
+        count = round(value * _MICRO)
+        if _F64.pack(count / _MICRO) != _F64.pack(value):
+            return None
+        out.append(count)
+    return out
 
 
 def _floats(values: list[float]) -> tuple[bytes, int]:
@@ -601,7 +628,7 @@ def _decode_compact2(
 ) -> list[dict[str, Any]]:
     flags = body[1]
     bitmap = int.from_bytes(body[2:6], "little")
-    if flags >> 7 or bitmap >> SMALL_FIELDS:
+    if bitmap >> SMALL_FIELDS:
         raise ValueError("the stored round's flags are out of range")
     residuals, end = _read_varints(body, 6, bitmap.bit_count())
     fields = [0] * SMALL_FIELDS
@@ -616,12 +643,17 @@ def _decode_compact2(
     if min(n_drafts, n_q, n_p, n_u, n_e, n_c, n_d) < 0:
         raise ValueError("the stored round has a negative count")
     emitted_derived, kv_derived = flags & _EMITTED_DERIVED, flags & _KV_DERIVED
+    micros = flags & _TIMINGS_MICROS
+    if micros and not t_flag:
+        raise ValueError("the stored round's timing flag does not match its timings")
     count = (
         3
         + n_drafts
         + (n_e - accepted if emitted_derived else n_e)
         + (n_c - accepted if kv_derived else n_c + n_d)
     )
+    if micros:
+        count += len(_TIMINGS)
     if (emitted_derived or kv_derived) and not 0 <= accepted <= min(
         n_drafts, n_e if emitted_derived else n_c
     ):
@@ -652,9 +684,11 @@ def _decode_compact2(
     p = list(_unpack_from(f"={count}{first_code}", body, end))
     end += count * _ITEM_SIZE[first_code]
     second_code = "d" if not flags & _SECOND_NARROW else "f"
-    count = n_u + (mask & ((1 << _FIRST_MASS) - 1)).bit_count() + 4 * t_flag
+    count = n_u + (mask & ((1 << _FIRST_MASS) - 1)).bit_count() + (0 if micros else 4 * t_flag)
     f = list(_unpack_from(f"={count}{second_code}", body, end))
     end += count * _ITEM_SIZE[second_code]
+    if micros:
+        f += [count / _MICRO for count in stored[-len(_TIMINGS) :]]
     if tp_same:
         p.insert(n_q + n_p, f[n_u + (mask & 7).bit_count()])
     if tq_zero:

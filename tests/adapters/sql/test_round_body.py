@@ -10,6 +10,7 @@ import pytest
 from specround.adapters.sql.round_body import COMPACT, COMPACT2, RAW, decode_round, encode_round, raw_payloads
 from specround.canonical import canonical_bytes, dumps_trusted, load
 from specround.errors import LogIntegrityError
+from specround.statemachine.events import whole_microseconds
 from specround.statemachine.ports import RoundPublication
 from tests.adapters.synthetic_rounds import make_config, open_request, run_rounds
 
@@ -163,3 +164,51 @@ def test_an_unreadable_body_is_an_integrity_error(body: bytes) -> None:
     pub = _rounds(1)[0]
     with pytest.raises(LogIntegrityError):
         _decode(pub, body)
+
+
+def _with_timings(pub: RoundPublication, **timings: float) -> list[dict[str, Any]]:
+    seconds = {"draft_s": 0.0, "queue_s": 0.0, "state_s": 0.0, "verify_s": 0.0, **timings}
+    return _edited(pub, "round_published", timings=seconds)
+
+
+def test_timings_in_whole_microseconds_are_stored_as_integers() -> None:
+    for pub in _rounds(2):
+        whole = _with_timings(
+            pub,
+            draft_s=whole_microseconds(0.0123456789),
+            verify_s=whole_microseconds(1.5),
+            state_s=whole_microseconds(3.2e-5),
+        )
+        fine = _with_timings(pub, draft_s=0.0123456789, verify_s=1.5, state_s=3.2e-5)
+        whole_body, fine_body = _encode(pub, whole), _encode(pub, fine)
+        assert whole_body[1] & 128 and not fine_body[1] & 128
+        assert len(whole_body) <= len(fine_body) - 20  # four float64 (32 bytes) against a few varints
+        assert _decode(pub, whole_body) == [dumps_trusted(v) for v in whole]
+        assert _decode(pub, fine_body) == [dumps_trusted(v) for v in fine]
+
+
+@pytest.mark.parametrize("odd", [-0.0, 1e-7, 2.0**32, 0.12345678])
+def test_timings_that_are_not_whole_microseconds_stay_floats(odd: float) -> None:
+    pub = _rounds(1)[0]
+    values = _with_timings(pub, verify_s=0.25, queue_s=odd)
+    body = _encode(pub, values)
+    assert body[0] == COMPACT2 and not body[1] & 128
+    assert _decode(pub, body) == [dumps_trusted(v) for v in values]
+
+
+def test_the_microsecond_flag_without_timings_is_refused() -> None:
+    pub = _rounds(1)[0]
+    body = _encode(pub)
+    assert not body[1] & 128
+    with pytest.raises(LogIntegrityError, match="timing flag"):
+        _decode(pub, body[:1] + bytes((body[1] | 128,)) + body[2:])
+
+
+def test_recorded_timings_are_whole_microseconds() -> None:
+    from specround.serving.step_timings import RoundWork, StepTimes, share_out
+
+    times = StepTimes(draft_s=0.0123456789, verify_s=0.333333333, frontier_s=0.01, gap_s=1e-9)
+    work = [RoundWork(asked=4, computed_rows=5, frontier_rows=1, own_s=2.5e-7), RoundWork(2, 3)]
+    for timing in share_out(times, work):
+        for value in timing.__dict__.values():
+            assert value == whole_microseconds(value) and round(value * 1e6) / 1e6 == value
