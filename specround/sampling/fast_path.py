@@ -5,9 +5,10 @@ probabilities, acceptance tests, the accepted run, stops and budgets, RNG accoun
 reads ``O(B * (K + S))`` numbers; done with torch it is hundreds of tiny kernels whose dispatch is the whole
 cost of a small batch. Its *terminal pass* reads one ``p`` row (and one ``q`` row for a correction) of ``V``
 entries per request. Here the control runs with numpy on the tensors' own memory (zero-copy views, no
-tensor op). The terminal pass also runs on the host (:mod:`specround.sampling.host_terminal`), in
-cache-sized column chunks that read each input entry once (row checks, residual, exact widening into the
-float64 mass), whose block sums are then one torch reduction; the acceptance test is the one written rule
+tensor op). The terminal pass also runs on the host (:mod:`specround.sampling.host_terminal`), row by
+row on views for few or long rows, else in cache-sized column chunks, reading each input entry once (row
+checks, residual, exact widening into the float64 mass), whose block sums are then one torch reduction;
+the acceptance test is the one written rule
 on numpy arrays (:func:`~specround.sampling.exact.accepts_host`). What remains as tensor ops is one
 compute op (the block sums) and the zero-copy wrapping of host arrays: about 20 dispatched operators in
 all, whatever B, nine of them the decision's fields (:mod:`specround.sampling.host_decision`). The
@@ -47,12 +48,12 @@ import numpy.typing as npt
 import torch
 import torch.nn.functional as F
 
-from specround.sampling import host_terminal
 from specround.sampling.host_decision import host_decision
 from specround.sampling.host_terminal import (
     TerminalBlocks,
     host_block_sums,
     mass_reader,
+    takes_rows_one_by_one,
     terminal_blocks_host,
     terminal_blocks_rows,
 )
@@ -534,6 +535,12 @@ def terminal_draws(
         blocks = seams.device_blocks(batch, p_index, q_index, with_stats)
     elif os.environ.get(COMPILE_ENV) == "1":
         blocks = _terminal_blocks_torch(batch, p_index, q_index, width, with_stats=with_stats)
+    elif takes_rows_one_by_one(rows.shape[0], vocab):
+        block_sums, row_stats, reader = terminal_blocks_rows(
+            host.p, host.q, p_index.tolist(), q_index.tolist(), width, with_stats=with_stats
+        )
+        stats = None if row_stats is None else (np.array(row_stats[0]), np.array(row_stats[1]))
+        blocks = TerminalBlocks(block_sums, stats, reader)
     else:
         blocks = terminal_blocks_host(host.p, host.q, p_index, q_index, width, with_stats=with_stats)
     if blocks.stats is not None:
@@ -581,7 +588,8 @@ def few_terminal_draws(
 
     The same rows in the same order (corrections first), the same checks and the same values, with the
     row bookkeeping in Python and the terminal rows taken one by one
-    (:func:`~specround.sampling.host_terminal.terminal_blocks_rows`) when they fit one chunk.
+    (:func:`~specround.sampling.host_terminal.terminal_blocks_rows`) when they fit one chunk or are long
+    (:func:`~specround.sampling.host_terminal.takes_rows_one_by_one`).
     """
     k_max, vocab = q.shape[1], p.shape[2]
     rows = [b for b in drawing if accepted[b] < lens[b]]  # corrections first
@@ -594,7 +602,7 @@ def few_terminal_draws(
     with_stats = mode == "read"
     compiled = os.environ.get(COMPILE_ENV) == "1"
     stats: tuple[list[float], list[float]] | None
-    if compiled or n_rows * vocab > host_terminal.HOST_CHUNK_ELEMENTS:
+    if compiled or not takes_rows_one_by_one(n_rows, vocab):
         index_p, index_q = np.array(p_index, dtype=np.int64), np.array(q_index, dtype=np.int64)
         if compiled:
             blocks = _terminal_blocks_torch(batch, index_p, index_q, width, with_stats=with_stats)

@@ -9,8 +9,9 @@ lands in. This module computes both with the reference's operations (:mod:`specr
   as torch's ``clamp_min`` does;
 - the mass is that row widened exactly to float64, and the block sums are one torch reduction over it.
 
-The rows are read once, in cache-sized column chunks (gathered for many rows, as views for a few), checked
-by their sums and minima in read mode, turned into their residual and widened into the float64 mass. The
+The rows are read once -- as views, row by row, for a few rows or long ones
+(:func:`takes_rows_one_by_one`), else gathered in cache-sized column chunks -- checked by their sums and
+minima in read mode, turned into their residual and widened into the float64 mass. The
 mass buffer is kept for the thread's next decision (a fresh large allocation costs page faults); its
 padding past ``V`` is zeroed on every use, since another vocabulary may have written it.
 """
@@ -28,10 +29,12 @@ import torch
 
 __all__ = [
     "HOST_CHUNK_ELEMENTS",
+    "ROW_BY_ROW_VOCAB",
     "RowStats",
     "TerminalBlocks",
     "host_block_sums",
     "mass_reader",
+    "takes_rows_one_by_one",
     "terminal_blocks_host",
     "terminal_blocks_rows",
 ]
@@ -45,6 +48,14 @@ RowStats = tuple[FloatArray, FloatArray]
 
 HOST_CHUNK_ELEMENTS = 1 << 18
 """Entries per row set of one column chunk of the host terminal pass (a few such arrays stay in L2)."""
+
+ROW_BY_ROW_VOCAB = 16384
+"""From this vocabulary size on, the host pass takes its rows one by one whatever their number.
+
+A row of that many entries is work enough to hide numpy's per-call cost, and its views need no gathered
+copy: at V = 49,152 and 64 rows the row-by-row pass takes about half the chunked pass's time (whose
+gathers copy every entry once more); at V = 4,096 and below the chunked pass is the faster one.
+"""
 
 _F64 = torch.float64
 _workspace = threading.local()
@@ -111,6 +122,15 @@ def _residual_buffer(dtype: np.dtype[Any], length: int) -> npt.NDArray[Any]:
     if cached is None or cached.shape[0] < length:
         cached = kept[dtype] = np.empty(length, dtype=dtype)
     return cached[:length]
+
+
+def takes_rows_one_by_one(n_rows: int, vocab: int) -> bool:
+    """Whether the terminal pass of ``n_rows`` rows of ``vocab`` entries runs row by row.
+
+    :func:`terminal_blocks_rows` when the rows fit one chunk or are long (:data:`ROW_BY_ROW_VOCAB`),
+    :func:`terminal_blocks_host` otherwise; both give the same block sums and mass.
+    """
+    return vocab >= ROW_BY_ROW_VOCAB or n_rows * vocab <= HOST_CHUNK_ELEMENTS
 
 
 def host_block_sums(mass: npt.NDArray[Any], width: int) -> FloatArray:
@@ -190,7 +210,7 @@ def terminal_blocks_rows(
     *,
     with_stats: bool,
 ) -> tuple[FloatArray, tuple[list[float], list[float]] | None, Callable[[IntArray], FloatArray]]:
-    """:func:`terminal_blocks_host` for a few rows that fit one chunk, row by row on views of the rows.
+    """:func:`terminal_blocks_host` row by row on views of the rows (few rows, or long ones).
 
     The same values: a correction's residual is formed in a reused buffer, a bonus row is widened straight
     from the input. Returns the block sums, the statistics as Python floats (p rows, then the corrections'

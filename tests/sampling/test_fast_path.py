@@ -88,6 +88,35 @@ def test_fast_path_equals_the_reference_on_rounding_sensitive_rows(seed: int) ->
     assert_same(decide(batch, validate="full"), reference(batch, "full"))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_many_long_rows_are_passed_row_by_row_and_equal_the_reference(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """24 rows of V = 16,385 (past one chunk, at the row-by-row vocabulary): the row-by-row pass, exact."""
+    vocab = host_terminal.ROW_BY_ROW_VOCAB + 1  # a last block of one column: its padding must read zero
+    n_batch = 24
+    assert not n_batch * vocab <= host_terminal.HOST_CHUNK_ELEMENTS  # too many rows for one chunk
+
+    def chunked(*args: object, **kwargs: object) -> None:
+        raise AssertionError("long rows went through the chunked pass")
+
+    monkeypatch.setattr(fast_path, "terminal_blocks_host", chunked)
+    dtype = torch.float64 if seed % 2 else torch.float32
+
+    def every_request_draws(batch: SamplerBatch) -> SamplerBatch:  # no stop token, no budget cap
+        no_stops = torch.zeros(n_batch, 0, dtype=torch.int64)
+        return replace(batch, stop_ids=no_stops, remaining=torch.full((n_batch,), 100))
+
+    batch = every_request_draws(realistic_batch(seed, n_batch, 3, vocab, dtype=dtype))
+    assert_same(decide(batch), reference(batch))
+    assert_same(decide(batch, validate="full"), reference(batch, "full"))
+    shorter = every_request_draws(
+        realistic_batch(seed, n_batch, 3, host_terminal.ROW_BY_ROW_VOCAB - 1, dtype=dtype)
+    )
+    with pytest.raises(AssertionError, match="chunked pass"):  # below the size the chunks are kept
+        decide(shorter)
+
+
 def test_fast_path_equals_the_reference_with_explicit_uniforms_near_one() -> None:
     batch = realistic_batch(5, 16, 3, 300)
     accept = torch.full((16, 3), 1.0 - 2.0**-53, dtype=torch.float64)  # reject every p(d) < q(d)
