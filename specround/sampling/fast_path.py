@@ -50,6 +50,7 @@ import torch.nn.functional as F
 
 from specround.sampling.host_decision import host_decision
 from specround.sampling.host_terminal import (
+    ROW_BY_ROW_VOCAB,
     TerminalBlocks,
     host_block_sums,
     mass_reader,
@@ -535,7 +536,7 @@ def terminal_draws(
         blocks = seams.device_blocks(batch, p_index, q_index, with_stats)
     elif os.environ.get(COMPILE_ENV) == "1":
         blocks = _terminal_blocks_torch(batch, p_index, q_index, width, with_stats=with_stats)
-    elif takes_rows_one_by_one(rows.shape[0], vocab):
+    elif vocab >= ROW_BY_ROW_VOCAB:  # long rows: views, no gathered copies
         block_sums, row_stats, reader = terminal_blocks_rows(
             host.p, host.q, p_index.tolist(), q_index.tolist(), width, with_stats=with_stats
         )

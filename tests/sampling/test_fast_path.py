@@ -117,6 +117,17 @@ def test_many_long_rows_are_passed_row_by_row_and_equal_the_reference(
         decide(shorter)
 
 
+def test_many_short_rows_keep_the_chunked_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """256 rows of V = 64 fit one chunk, yet row by row they would pay numpy's call cost 256 times."""
+
+    def row_by_row(*args: object, **kwargs: object) -> None:
+        raise AssertionError("short rows went through the row-by-row pass")
+
+    monkeypatch.setattr(fast_path, "terminal_blocks_rows", row_by_row)
+    batch = make_sampler_inputs(256, 4, 64, seed=3)
+    assert_same(decide(batch), reference(batch))
+
+
 def test_fast_path_equals_the_reference_with_explicit_uniforms_near_one() -> None:
     batch = realistic_batch(5, 16, 3, 300)
     accept = torch.full((16, 3), 1.0 - 2.0**-53, dtype=torch.float64)  # reject every p(d) < q(d)
