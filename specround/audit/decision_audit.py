@@ -2,7 +2,8 @@
 
 :class:`DecisionAuditor` is a replay observer (:data:`~specround.statemachine.replay.RoundObserver`): replay
 hands it every round it accepted, with S_0 (and its processor chain) and the round's payloads. Checks that
-need only Python run at once; the RNG and acceptance checks are batched per request in :meth:`finish`:
+need only Python run at once; the RNG and acceptance checks are batched per request in :meth:`finish`, or
+over many requests at once in :func:`finish_all`:
 
 * uniforms: ``u_i == Philox(seed, ACCEPT, accept_counter + i)`` for every reached test and
   ``u_T == Philox(seed, TERMINAL, terminal_counter)`` — bit-exact;
@@ -36,7 +37,7 @@ from specround.sampling.types import Stream
 from specround.statemachine.invariants import emission_respects_stops
 from specround.statemachine.replay import ReplayedRound
 
-__all__ = ["DecisionAuditor"]
+__all__ = ["DecisionAuditor", "finish_all"]
 
 _Find = Callable[[str, str, str], None]
 """``find(invariant, kind, message)`` records a finding of the round being checked."""
@@ -59,16 +60,10 @@ def _signed64(value: int) -> int:
     return value - (1 << 64) if value >= (1 << 63) else value
 
 
-def _philox(seeds: npt.NDArray[np.int64], stream: Stream, counters: npt.NDArray[np.int64]) -> list[float]:
-    """The Philox uniforms of ``(seed, stream, counter)`` triples, computed on the host.
-
-    A negative counter raises: the controller never draws one, so the round is reported as malformed.
-    """
+def _refuse_negative(counters: npt.NDArray[np.int64], stream: Stream) -> None:
+    """A negative counter raises: the controller never draws one, so the round is reported as malformed."""
     if counters.size and int(counters.min()) < 0:
         raise ValueError(f"a {stream.name} counter is negative: {int(counters.min())}")
-    streams = np.full(1, int(stream), dtype=np.int64)
-    values: list[float] = uniforms_host(seeds, streams, counters).tolist()
-    return values
 
 
 @dataclass(slots=True)
@@ -83,6 +78,89 @@ class _Draws:
     expected: list[bool]
     terminal_counter: int | None
     terminal_uniform: float | None
+
+
+def _tests(draws: list[_Draws]) -> list[tuple[_Draws, int]]:
+    """Every reached acceptance test of ``draws``: (its round, the test's 0-based index)."""
+    return [(d, i) for d in draws for i in range(len(d.expected))]
+
+
+@dataclass(frozen=True, slots=True)
+class _Rederived:
+    """What the RNG and the acceptance rule give for one request's draws, test by test."""
+
+    accept: list[float]
+    """The fresh ACCEPT uniform of each reached test (in :func:`_tests` order)."""
+    verdicts: list[bool]
+    """``accepts(u, p, q)`` of each reached test with its fresh uniform."""
+    terminal: list[float]
+    """The fresh TERMINAL uniform of each round that drew one, in order."""
+
+
+def _rederive(draw_sets: list[list[_Draws]]) -> list[_Rederived]:
+    """The fresh uniforms and acceptance verdicts of several requests' draws, computed together.
+
+    One Philox call on the host for every ACCEPT and TERMINAL triple, and one acceptance test over every
+    reached test, whatever the number of requests: a log of many short requests pays numpy's and torch's
+    per-call price once per batch instead of once per request. Raises on any value that cannot be read.
+    """
+    test_sets = [_tests(draws) for draws in draw_sets]
+    terminal_sets = [[d for d in draws if d.terminal_counter is not None] for draws in draw_sets]
+    tests = [test for sets in test_sets for test in sets]
+    terminal = [d for sets in terminal_sets for d in sets]
+    accept_counters = np.array([d.accept_counter + i for d, i in tests], dtype=np.int64)
+    terminal_counters = np.array([d.terminal_counter for d in terminal], dtype=np.int64)
+    _refuse_negative(accept_counters, Stream.ACCEPT)
+    _refuse_negative(terminal_counters, Stream.TERMINAL)
+    seeds = np.array(
+        [_signed64(d.seed) for d, _ in tests] + [_signed64(d.seed) for d in terminal], dtype=np.int64
+    )
+    streams = np.repeat(
+        np.array([int(Stream.ACCEPT), int(Stream.TERMINAL)], dtype=np.int64), (len(tests), len(terminal))
+    )
+    counters = np.concatenate((accept_counters, terminal_counters))
+    fresh = uniforms_host(seeds, streams, counters) if counters.size else np.zeros(0)
+    verdicts: list[bool] = []
+    if tests:
+        p = torch.tensor([d.p_draft[i] for d, i in tests], dtype=torch.float64)
+        q = torch.tensor([d.q_draft[i] for d, i in tests], dtype=torch.float64)
+        verdicts = accepts(torch.from_numpy(fresh[: len(tests)].copy()), p, q).tolist()
+    values: list[float] = fresh.tolist()
+    out = []
+    at_test, at_terminal = 0, len(tests)
+    for sets, terminal_draws in zip(test_sets, terminal_sets, strict=True):
+        n_tests, n_terminal = len(sets), len(terminal_draws)
+        out.append(
+            _Rederived(
+                accept=values[at_test : at_test + n_tests],
+                verdicts=verdicts[at_test : at_test + n_tests],
+                terminal=values[at_terminal : at_terminal + n_terminal],
+            )
+        )
+        at_test += n_tests
+        at_terminal += n_terminal
+    return out
+
+
+def finish_all(auditors: list[DecisionAuditor]) -> list[list[AuditFinding]]:
+    """:meth:`DecisionAuditor.finish` of each auditor, their RNG and acceptance checks run as one batch.
+
+    The same findings as finishing each alone: when some value of the batch cannot be read, each request
+    is re-derived on its own, which names the round.
+    """
+    draw_sets = []
+    for auditor in auditors:
+        draw_sets.append(auditor._draws)
+        auditor._draws = []
+    rederived: list[_Rederived | None]
+    try:
+        rederived = list(_rederive(draw_sets))
+    except Exception:  # some logged value is not a number: each request on its own
+        rederived = [None] * len(auditors)
+    return [
+        auditor._settle(draws, mine)
+        for auditor, draws, mine in zip(auditors, draw_sets, rederived, strict=True)
+    ]
 
 
 class DecisionAuditor:
@@ -237,51 +315,49 @@ class DecisionAuditor:
 
     def finish(self) -> list[AuditFinding]:
         """Run the batched RNG and acceptance checks; return every finding of the request."""
-        draws = self._draws
-        self._draws = []
+        return finish_all([self])[0]
+
+    def _settle(self, draws: list[_Draws], rederived: _Rederived | None) -> list[AuditFinding]:
+        """The RNG and acceptance checks of ``draws`` (re-derived already, or here); every finding."""
         kept = len(self.findings)
         try:
-            self._check_draws(draws)
+            self._judge(draws, rederived if rederived is not None else _rederive([draws])[0])
         except Exception:  # some logged value is not a number: check the rounds one by one to name it
             del self.findings[kept:]
             for draw in draws:
                 kept = len(self.findings)
                 try:
-                    self._check_draws([draw])
+                    self._judge([draw], _rederive([[draw]])[0])
                 except Exception as exc:
                     del self.findings[kept:]
                     self._find("INV-10", "malformed", draw.seq, draw.round_id, _unreadable(exc))
         return list(self.findings)
 
-    def _check_draws(self, draws: list[_Draws]) -> None:
-        tests = [(d, i) for d in draws for i in range(len(d.expected))]
-        if tests:
-            seeds = np.array([_signed64(d.seed) for d, _ in tests], dtype=np.int64)
-            counters = np.array([d.accept_counter + i for d, i in tests], dtype=np.int64)
-            fresh = _philox(seeds, Stream.ACCEPT, counters)
-            p = torch.tensor([d.p_draft[i] for d, i in tests], dtype=torch.float64)
-            q = torch.tensor([d.q_draft[i] for d, i in tests], dtype=torch.float64)
-            logged = [d.logged_uniforms[i] if i < len(d.logged_uniforms) else float("nan") for d, i in tests]
-            verdicts = accepts(torch.tensor(fresh, dtype=torch.float64), p, q).tolist()
-            for (d, i), u_fresh, u_logged, verdict in zip(tests, fresh, logged, verdicts, strict=True):
-                if u_fresh != u_logged:
-                    self._find(
-                        "INV-10",
-                        "uniform",
-                        d.seq,
-                        d.round_id,
-                        f"ACCEPT uniform {i + 1} is {u_logged!r}, Philox gives {u_fresh!r}",
-                    )
-                if verdict != d.expected[i]:
-                    word = "accepted" if d.expected[i] else "rejected"
-                    self._find(
-                        "INV-10",
-                        "acceptance",
-                        d.seq,
-                        d.round_id,
-                        f"test {i + 1} logged as {word}, but u = {u_fresh!r} "
-                        f"vs p/q = {d.p_draft[i]!r}/{d.q_draft[i]!r}",
-                    )
+    def _judge(self, draws: list[_Draws], rederived: _Rederived) -> None:
+        """Compare the logged uniforms and acceptance outcomes of ``draws`` with their re-derivation."""
+        tests = _tests(draws)
+        logged = [d.logged_uniforms[i] if i < len(d.logged_uniforms) else float("nan") for d, i in tests]
+        for (d, i), u_fresh, u_logged, verdict in zip(
+            tests, rederived.accept, logged, rederived.verdicts, strict=True
+        ):
+            if u_fresh != u_logged:
+                self._find(
+                    "INV-10",
+                    "uniform",
+                    d.seq,
+                    d.round_id,
+                    f"ACCEPT uniform {i + 1} is {u_logged!r}, Philox gives {u_fresh!r}",
+                )
+            if verdict != d.expected[i]:
+                word = "accepted" if d.expected[i] else "rejected"
+                self._find(
+                    "INV-10",
+                    "acceptance",
+                    d.seq,
+                    d.round_id,
+                    f"test {i + 1} logged as {word}, but u = {u_fresh!r} "
+                    f"vs p/q = {d.p_draft[i]!r}/{d.q_draft[i]!r}",
+                )
         for d in draws:
             if len(d.logged_uniforms) != len(d.expected):
                 self._find(
@@ -293,10 +369,7 @@ class DecisionAuditor:
                 )
         terminal = [d for d in draws if d.terminal_counter is not None]
         if terminal:
-            seeds = np.array([_signed64(d.seed) for d in terminal], dtype=np.int64)
-            counters = np.array([d.terminal_counter for d in terminal], dtype=np.int64)
-            fresh_terminal = _philox(seeds, Stream.TERMINAL, counters)
-            for d, u_fresh in zip(terminal, fresh_terminal, strict=True):
+            for d, u_fresh in zip(terminal, rederived.terminal, strict=True):
                 if u_fresh != d.terminal_uniform:
                     self._find(
                         "INV-10",

@@ -11,7 +11,10 @@ A request's events are streamed once: the chain check
 (:class:`~specround.statemachine.chain_verification.ChainCheck`) judges each event as replay takes it and
 keeps only its links, so the audit holds no more of a request's events than replay's round in flight (and
 the events replay refused to go on with are read to their end for the chain check alone). The head is read
-after the events, and the findings are reported in the order of the checks above.
+after the events, and the findings are reported in the order of the checks above. The whole-log audit
+finishes the RNG and acceptance checks of up to 64 requests together (one Philox call and one acceptance
+test for all their draws, :func:`~specround.audit.decision_audit.finish_all`): a serving log of many short
+requests would otherwise pay numpy's and torch's per-call price once per request.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from specround.audit.audit_report import AuditFinding, AuditReport, RequestAudit
-from specround.audit.decision_audit import DecisionAuditor
+from specround.audit.decision_audit import DecisionAuditor, finish_all
 from specround.errors import SpecroundError
 from specround.statemachine.chain_verification import ChainCheck
 from specround.statemachine.invariants import head_agrees
@@ -172,6 +175,58 @@ def _audit_events(
 ) -> RequestAudit:
     """Audit one request's events, read once as they stream, against its head, read after them.
 
+    :func:`_audit_pending` with the decision checks finished at once.
+    """
+    return _completed([_audit_pending(log, request_id, source, first, findings, whole, in_table, heads)])[0]
+
+
+@dataclass(slots=True)
+class _PendingAudit:
+    """A request's audit whose RNG and acceptance checks still wait for their batch (:func:`_completed`)."""
+
+    request_id: str
+    events: int
+    rounds: int
+    generation: int | None
+    state_digest: str | None
+    head_digest: str | None
+    finished: bool | None
+    findings: list[AuditFinding]
+    auditor: DecisionAuditor | None
+    """None for a request with no readable events (nothing to re-derive)."""
+
+
+def _completed(pending: list[_PendingAudit]) -> list[RequestAudit]:
+    """Finish the decision checks of ``pending`` as one batch (:func:`finish_all`); their audits, in order."""
+    auditors = [p.auditor for p in pending if p.auditor is not None]
+    decided = iter(finish_all(auditors))
+    return [
+        RequestAudit(
+            request_id=p.request_id,
+            events=p.events,
+            rounds=p.rounds,
+            generation=p.generation,
+            state_digest=p.state_digest,
+            head_digest=p.head_digest,
+            finished=p.finished,
+            findings=(*p.findings, *next(decided)) if p.auditor is not None else tuple(p.findings),
+        )
+        for p in pending
+    ]
+
+
+def _audit_pending(
+    log: EventLog,
+    request_id: str,
+    source: _Source | None,
+    first: StoredEvent | None,
+    findings: list[AuditFinding],
+    whole: bool,
+    in_table: bool | None,
+    heads: Mapping[str, LogHead] | None,
+) -> _PendingAudit:
+    """:func:`_audit_events` up to the decision checks, which the caller finishes (:func:`_completed`).
+
     The events are ``first`` and the rest of its request in ``source`` (``whole``: every event left in it;
     no events when ``first`` is None).
     ``in_table``: whether the log lists the request (None: not known, e.g. a request audited by id).
@@ -223,7 +278,7 @@ def _audit_events(
             findings.append(_finding(request_id, "INV-9", "dropped", "the request has a head but no events"))
         elif not findings:
             findings.append(_finding(request_id, "INV-8", "replay", "the request has no events"))
-        return _findings_only(request_id, findings, head_digest)
+        return _PendingAudit(request_id, 0, 0, None, None, head_digest, None, findings, None)
     generation = digest = finished = None
     if refused is not None:
         findings.append(refused)
@@ -240,21 +295,15 @@ def _audit_events(
                     request_id, head, state_digest=digest, generation=generation, finished=finished
                 )
             )
-    findings.extend(auditor.finish())
-    return RequestAudit(
-        request_id=request_id,
-        events=tally.events,
-        rounds=auditor.rounds,
-        generation=generation,
-        state_digest=digest,
-        head_digest=head_digest,
-        finished=finished,
-        findings=tuple(findings),
+    return _PendingAudit(
+        request_id, tally.events, auditor.rounds, generation, digest, head_digest, finished, findings, auditor
     )
 
 
 _LOG = "(log)"
 """The request id of findings about the whole log rather than one request."""
+_BATCHED_REQUESTS = 64
+"""Requests whose decision checks :func:`audit_log` finishes together (their draws are all it keeps)."""
 
 
 def audit_log(log: EventLog, request_ids: Iterable[str] | None = None) -> AuditReport:
@@ -280,6 +329,7 @@ def audit_log(log: EventLog, request_ids: Iterable[str] | None = None) -> AuditR
     listed_set = set(listed)
     heads = _listed_heads(log)  # one read instead of one per request, where the log can list them
     seen: set[str] = set()
+    pending: list[_PendingAudit] = []
     try:
         source = _Source(iter(log.events()))
         event = source.pull()
@@ -290,11 +340,13 @@ def audit_log(log: EventLog, request_ids: Iterable[str] | None = None) -> AuditR
                     pass
                 log_findings.append(_finding(request_id, "INV-9", "reordered", "events not stored together"))
             else:
-                audit = _audit_events(
-                    log, request_id, source, event, [], in_table=request_id in listed_set, heads=heads
+                pending.append(
+                    _audit_pending(log, request_id, source, event, [], False, request_id in listed_set, heads)
                 )
                 seen.add(request_id)
-                audits.append(audit)
+                if len(pending) >= _BATCHED_REQUESTS:
+                    audits.extend(_completed(pending))
+                    pending.clear()
             event = source.following
     except (SpecroundError, _StreamBrokeError) as exc:
         error = exc.error if isinstance(exc, _StreamBrokeError) else exc
@@ -305,6 +357,7 @@ def audit_log(log: EventLog, request_ids: Iterable[str] | None = None) -> AuditR
             if request_id not in seen:
                 seen.add(request_id)
                 audits.append(audit_request(log, request_id))
+    audits.extend(_completed(pending))
     for request_id in listed:
         if request_id not in seen:
             audits.append(_audit_events(log, request_id, None, None, [], in_table=True, heads=heads))

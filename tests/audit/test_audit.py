@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from specround.adapters.memory_log import MemoryEventLog
-from specround.audit import audit_log, replay_against_heads
-from specround.audit.decision_audit import DecisionAuditor
+from specround.audit import audit_log, audit_request, replay_against_heads
+from specround.audit.decision_audit import DecisionAuditor, finish_all
 from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
 from specround.sampling.types import Layout
 from specround.statemachine.controller import RoundController
@@ -248,3 +248,74 @@ def test_stops_are_re_derived_from_the_processors_stop_sets() -> None:
     auditor(not_finished)
     found = [(f.invariant, f.kind) for f in auditor.finish()]
     assert found.count(("INV-2", "stop")) >= 2
+
+
+def test_decision_checks_batched_over_requests_find_what_each_request_finds_alone() -> None:
+    """finish_all over several requests gives each the findings finish() gives it alone.
+
+    One request is clean, one logs a wrong ACCEPT uniform and a flipped acceptance, one a TERMINAL uniform
+    off by an ulp, one a p value that is not a number (malformed: the batch falls back to each request,
+    then to each round, and names the round).
+    """
+    log = _populated_log()
+    rids = sorted(log.request_ids())
+    rounds = {rid: _captured_rounds(log, rid) for rid in rids}
+
+    def tampered(rid: str) -> list[ReplayedRound]:
+        captured = list(rounds[rid])
+        first = captured[0]
+        if rid == rids[1]:
+            uniforms = list(first.decided["accept_uniforms"])
+            assert uniforms, "the first round of this request reached no test"
+            uniforms[0] = 0.5 if uniforms[0] != 0.5 else 0.25
+            captured[0] = dataclasses.replace(first, decided={**first.decided, "accept_uniforms": uniforms})
+        elif rid == rids[2]:
+            with_terminal = next(
+                i for i, r in enumerate(captured) if r.decided["terminal_uniform"] is not None
+            )
+            r = captured[with_terminal]
+            shifted = float(
+                torch.tensor(r.decided["terminal_uniform"], dtype=torch.float64).nextafter(
+                    torch.tensor(1.0, dtype=torch.float64)
+                )
+            )
+            captured[with_terminal] = dataclasses.replace(
+                r, decided={**r.decided, "terminal_uniform": shifted}
+            )
+        elif rid == rids[3]:
+            with_draft = next(i for i, r in enumerate(captured) if r.verified["p_draft"])
+            r = captured[with_draft]
+            p_draft = ["not a number", *r.verified["p_draft"][1:]]
+            captured[with_draft] = dataclasses.replace(r, verified={**r.verified, "p_draft": p_draft})
+        return captured
+
+    def fed(rid: str) -> DecisionAuditor:
+        auditor = DecisionAuditor(rid)
+        for replayed in tampered(rid):
+            auditor(replayed)
+        return auditor
+
+    alone = [fed(rid).finish() for rid in rids]
+    together = finish_all([fed(rid) for rid in rids])
+    assert together == alone
+    kinds = [{(f.invariant, f.kind) for f in found} for found in together]
+    assert kinds[0] == set()
+    assert ("INV-10", "uniform") in kinds[1]
+    assert ("INV-10", "uniform") in kinds[2]
+    assert ("INV-10", "malformed") in kinds[3]
+
+
+def test_a_log_of_more_requests_than_one_batch_audits_as_each_request_alone() -> None:
+    """audit_log finishes the decision checks of 64 requests at a time; the report is audit_request's."""
+    log = MemoryEventLog()
+    controller = RoundController(log)
+    generator = torch.Generator().manual_seed(5)
+    rids = [f"q{index:03d}" for index in range(70)]
+    for index, rid in enumerate(rids):
+        controller.open_request((1, 2), seed=index, vocab_size=V, request_id=rid, max_new_tokens=6)
+    for _ in range(2):
+        controller.step([random_input(controller, rid, 2, generator) for rid in rids])
+    report = audit_log(log)
+    assert [a.request_id for a in report.requests] == rids
+    assert [a.model_dump() for a in report.requests] == [audit_request(log, rid).model_dump() for rid in rids]
+    assert all(a.rounds == 2 and not a.findings for a in report.requests)
