@@ -180,37 +180,23 @@ def _audit_events(
     return _completed([_audit_pending(log, request_id, source, first, findings, whole, in_table, heads)])[0]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _PendingAudit:
     """A request's audit whose RNG and acceptance checks still wait for their batch (:func:`_completed`)."""
 
-    request_id: str
-    events: int
-    rounds: int
-    generation: int | None
-    state_digest: str | None
-    head_digest: str | None
-    finished: bool | None
-    findings: list[AuditFinding]
+    audit: RequestAudit
+    """The audit with every finding but the decision checks'."""
     auditor: DecisionAuditor | None
     """None for a request with no readable events (nothing to re-derive)."""
 
 
 def _completed(pending: list[_PendingAudit]) -> list[RequestAudit]:
     """Finish the decision checks of ``pending`` as one batch (:func:`finish_all`); their audits, in order."""
-    auditors = [p.auditor for p in pending if p.auditor is not None]
-    decided = iter(finish_all(auditors))
+    decided = iter(finish_all([p.auditor for p in pending if p.auditor is not None]))
     return [
-        RequestAudit(
-            request_id=p.request_id,
-            events=p.events,
-            rounds=p.rounds,
-            generation=p.generation,
-            state_digest=p.state_digest,
-            head_digest=p.head_digest,
-            finished=p.finished,
-            findings=(*p.findings, *next(decided)) if p.auditor is not None else tuple(p.findings),
-        )
+        p.audit
+        if p.auditor is None
+        else p.audit.model_copy(update={"findings": (*p.audit.findings, *next(decided))})
         for p in pending
     ]
 
@@ -278,7 +264,7 @@ def _audit_pending(
             findings.append(_finding(request_id, "INV-9", "dropped", "the request has a head but no events"))
         elif not findings:
             findings.append(_finding(request_id, "INV-8", "replay", "the request has no events"))
-        return _PendingAudit(request_id, 0, 0, None, None, head_digest, None, findings, None)
+        return _PendingAudit(_findings_only(request_id, findings, head_digest), None)
     generation = digest = finished = None
     if refused is not None:
         findings.append(refused)
@@ -295,9 +281,17 @@ def _audit_pending(
                     request_id, head, state_digest=digest, generation=generation, finished=finished
                 )
             )
-    return _PendingAudit(
-        request_id, tally.events, auditor.rounds, generation, digest, head_digest, finished, findings, auditor
+    audit = RequestAudit(
+        request_id=request_id,
+        events=tally.events,
+        rounds=auditor.rounds,
+        generation=generation,
+        state_digest=digest,
+        head_digest=head_digest,
+        finished=finished,
+        findings=tuple(findings),
     )
+    return _PendingAudit(audit, auditor)
 
 
 _LOG = "(log)"
