@@ -48,6 +48,7 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Mapping, Sequence
+from itertools import compress
 from typing import Any
 
 from specround.errors import LogIntegrityError
@@ -355,6 +356,10 @@ def _encode_compact(
 
 def _varints(values: Sequence[int]) -> bytes:
     """Zigzag LEB128 varints of ints in the int64 range (one byte each below 64)."""
+    try:  # (v << 1) ^ (v >> 63) is the zigzag code of an int64 (never negative, whatever the int)
+        return b"".join([_SHORT_VARINTS[(value << 1) ^ (value >> 63)] for value in values])
+    except IndexError:  # a code of three bytes or more
+        pass
     out = bytearray()
     for value in values:
         if not -_INT64 <= value < _INT64:
@@ -365,6 +370,15 @@ def _varints(values: Sequence[int]) -> bytes:
             zz >>= 7
         out.append(zz)
     return bytes(out)
+
+
+def _short_varint(zz: int) -> bytes:
+    """The LEB128 bytes of a zigzag code below 2**14 (one or two bytes)."""
+    return bytes((zz,)) if zz < 0x80 else bytes((zz & 0x7F | 0x80, zz >> 7))
+
+
+_SHORT_VARINTS = tuple(_short_varint(zz) for zz in range(1 << 14))
+"""The varint of every zigzag code of one or two bytes (|value| below 8192), by code."""
 
 
 def _read_varints(body: bytes, at: int, count: int) -> tuple[list[int], int]:
@@ -418,6 +432,7 @@ def _shift(source: Sequence[int], target: list[int], sign: int) -> list[int]:
 
 
 _ALL_OPTIONAL = (1 << len(_OPTIONAL_FLOATS)) - 1
+_FIELD_BITS = tuple(1 << index for index in range(SMALL_FIELDS))
 _AFTER_SAME = 1
 _TP_SAME = 2
 _TQ_ZERO = 4
@@ -446,12 +461,9 @@ def _pack_compact2(
     """The ``COMPACT2`` body of a round from the parts :func:`_encode_compact` gathered."""
     rng_before, drafts, emitted, committed, discarded = lists
     flags = 0
-    bitmap = 0
-    residuals = []
-    for index, residual in enumerate(_shift(small, list(small), -1)):
-        if residual:
-            bitmap |= 1 << index
-            residuals.append(residual)
+    shifted = _shift(small, list(small), -1)
+    bitmap = sum(compress(_FIELD_BITS, shifted))  # bit i: field i differs from its prediction
+    residuals = list(filter(None, shifted))
     wide = [*rng_before, *drafts]
     head = len(committed) - accepted
     if 0 <= accepted <= len(drafts) and list(emitted[:accepted]) == list(drafts[:accepted]):
