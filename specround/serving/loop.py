@@ -493,8 +493,49 @@ class ServingLoop:
     def _batch_inputs(
         self, rounds: Sequence[_Round], timings: Sequence[RoundTimings]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """The batch step's arguments: drafts, q and p padded to the step's widest draft, per-row options."""
-        width = max(len(r.drafts) for r in rounds)
+        """The batch step's arguments: drafts, q and p padded to the step's widest draft, per-row options.
+
+        When every round drafted the same number of tokens nothing needs padding: the rows are stacked
+        (one copy), or at B = 1 passed as views of the round's own rows (no copy).
+        """
+        widths = [len(r.drafts) for r in rounds]
+        width = max(widths)
+        if widths.count(width) == len(rounds):
+            draft_ids, q, p = self._stacked_rows(rounds, width)
+        else:
+            draft_ids, q, p = self._padded_rows(rounds, width)
+        verified = [r.verified for r in rounds]
+        lens = torch.tensor([len(r.drafts) for r in rounds], dtype=torch.int64)  # [B]
+        options: dict[str, Any] = {
+            "coordinate_digests": [r.digest for r in rounds],
+            "proposal_draws": [r.proposal.proposal_draws if r.proposal is not None else 0 for r in rounds],
+            "branches": [v.branch if v is not None else None for v in verified],
+            "verify_rows": [v.computed_rows if v is not None else None for v in verified],
+            "timings": timings,
+        }
+        return ([r.req.request_id for r in rounds], draft_ids, lens, q, p), options
+
+    @staticmethod
+    def _stacked_rows(
+        rounds: Sequence[_Round], width: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``draft_ids [B, K]``, ``q [B, K, V]``, ``p [B, K+1, V]`` of rounds that all drafted ``width``."""
+        p_rows = [_present(r.p_rows) for r in rounds]  # each [K+1, V]
+        first = p_rows[0]
+        n = len(rounds)
+        draft_ids = torch.tensor([r.drafts for r in rounds], dtype=torch.int64).reshape(n, width)
+        if not width:
+            q = first.new_zeros((n, 0, first.shape[-1]))
+        elif n == 1:  # a view: the step reads its rows as they are and never writes them
+            q = _present(rounds[0].q_rows).to(first).unsqueeze(0)
+        else:
+            q = torch.stack([_present(r.q_rows) for r in rounds]).to(first)
+        p = first.unsqueeze(0) if n == 1 else torch.stack(p_rows)
+        return draft_ids, q, p
+
+    @staticmethod
+    def _padded_rows(rounds: Sequence[_Round], width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``draft_ids [B, K]``, ``q [B, K, V]``, ``p [B, K+1, V]`` padded to the step's widest draft."""
         first = rounds[0].p_rows
         assert first is not None
         n, vocab = len(rounds), first.shape[-1]
@@ -509,16 +550,7 @@ class ServingLoop:
                 assert rnd.q_rows is not None
                 q[b, :k] = rnd.q_rows
                 draft_ids[b, :k] = torch.tensor(rnd.drafts, dtype=torch.int64)
-        verified = [r.verified for r in rounds]
-        lens = torch.tensor([len(r.drafts) for r in rounds], dtype=torch.int64)  # [B]
-        options: dict[str, Any] = {
-            "coordinate_digests": [r.digest for r in rounds],
-            "proposal_draws": [r.proposal.proposal_draws if r.proposal is not None else 0 for r in rounds],
-            "branches": [v.branch if v is not None else None for v in verified],
-            "verify_rows": [v.computed_rows if v is not None else None for v in verified],
-            "timings": timings,
-        }
-        return ([r.req.request_id for r in rounds], draft_ids, lens, q, p), options
+        return draft_ids, q, p
 
     def _settle(self, rnd: _Round, result: RoundResult, timing: RoundTimings) -> RoundOutcome | None:
         """Execute one round's K/V instruction and bookkeeping; returns its outcome when it published."""
@@ -646,3 +678,9 @@ class ServingLoop:
             elif not req.needs_prefill:
                 self._resync(req)
         self._dirty = False
+
+
+def _present(rows: torch.Tensor | None) -> torch.Tensor:
+    """``rows``, which the loop has filled in by the time it builds the step's arguments."""
+    assert rows is not None, "a verified round has its p rows, and q rows when it drafted"
+    return rows
