@@ -28,6 +28,8 @@ class LogitProcessor(ABC):
     """Registry name, e.g. ``"temperature"``; part of the canonical digest."""
     stateful: ClassVar[bool] = False
     """Whether :meth:`advance` changes the processor."""
+    transforms_logits: ClassVar[bool] = True
+    """Whether :meth:`apply` can change a logit; ``False`` for an identity (a chain skips it)."""
 
     @abstractmethod
     def params(self) -> dict[str, Any]:

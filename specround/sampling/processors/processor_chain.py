@@ -11,6 +11,7 @@ Output rows keep the input's float dtype and are distributions over exactly ``vo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -183,12 +184,11 @@ class ProcessorChain:
         """Softmax of processed logits ``[n, V]``, refusing rows with no allowed token."""
         if processed.shape[0] == 0:
             return processed.clone()
-        top = processed.amax(dim=-1)  # [n]
-        empty = top == _NEG_INF
-        if bool(empty.any()):
-            rows = empty.nonzero().flatten().tolist()
-            raise InvalidProcessorError(f"the processors leave no allowed token in rows {rows}")
-        if not bool(torch.isfinite(top).all()):
+        top = processed.amax(dim=-1).tolist()  # [n] row maxima (NaN when a row holds one)
+        empty = [row for row, value in enumerate(top) if value == _NEG_INF]
+        if empty:
+            raise InvalidProcessorError(f"the processors leave no allowed token in rows {empty}")
+        if not all(math.isfinite(value) for value in top):
             raise InvalidProcessorError(
                 "processing produced NaN or +inf logits (e.g. an extreme temperature)"
             )
@@ -216,7 +216,8 @@ class ProcessorChain:
         rest = self.processors
         if greedy >= 0:
             for p in self.processors[:greedy]:
-                rows = apply(p, rows)
+                if p.transforms_logits:
+                    rows = apply(p, rows)
             last = self.processors[greedy]
             assert isinstance(last, Greedy)
             one_hot = last.one_hot(rows)
@@ -224,7 +225,8 @@ class ProcessorChain:
                 return one_hot
             rest = self.processors[greedy:]
         for p in rest:
-            rows = apply(p, rows)
+            if p.transforms_logits:  # an identity (stop sequences) would only copy the rows
+                rows = apply(p, rows)
         return self._normalise(rows)
 
     def distribution(self, logits: torch.Tensor) -> torch.Tensor:

@@ -108,6 +108,7 @@ class StopSequences(LogitProcessor, StopAutomaton):
 
     kind: ClassVar[str] = "stop_sequences"
     stateful: ClassVar[bool] = True
+    transforms_logits: ClassVar[bool] = False
 
     def __init__(self, sequences: Sequence[Sequence[int]]) -> None:
         if isinstance(sequences, (str, bytes)) or not isinstance(sequences, Sequence):
