@@ -341,3 +341,41 @@ def test_a_chain_that_starts_greedy_checks_its_logits_in_the_arg_max_pass(dtype:
     banned[2] = float("-inf")
     with pytest.raises(InvalidProcessorError, match="no allowed token in rows \\[2\\]"):
         chain.rows_along(banned, path)
+
+
+@pytest.mark.parametrize(
+    "processors",
+    [
+        [Temperature(0.7), StopSequences([[5, 6]])],
+        [LogitBias({0: -1e30, 3: 2.0}), Temperature(1.3)],
+        [],
+    ],
+    ids=["temperature-stop", "bias-temperature", "empty"],
+)
+def test_a_chain_that_keeps_non_finite_logits_refuses_them_from_its_processed_maxima(
+    processors: list[LogitProcessor],
+) -> None:
+    """Temperature, logit bias and identities keep a NaN or +inf non-finite, so their chain checks the raw
+    logits only when a processed row maximum is not finite: NaN and +inf anywhere (a heavily biased column
+    included) are refused as NonFiniteProbabilityError, before an all -inf row is reported; an overflow of
+    finite logits is the processors' fault (InvalidProcessorError)."""
+    logits = torch.randn(4, V, generator=torch.Generator().manual_seed(13))
+    path = [5, 6, 1]
+    chain = ProcessorChain(processors, vocab_size=V)
+    assert torch.allclose(chain.rows_along(logits, path).sum(-1), torch.ones(4, dtype=logits.dtype))
+    for bad in (float("nan"), float("inf")):
+        for row, column in ((0, 0), (2, V - 1), (3, int(logits[3].argmax()))):
+            broken = logits.clone()
+            broken[row, column] = bad
+            broken[1] = float("-inf")  # an empty row too: the non-finite input is named first
+            with pytest.raises(NonFiniteProbabilityError, match="NaN or \\+inf"):
+                chain.rows_along(broken, path)
+            with pytest.raises(NonFiniteProbabilityError, match="NaN or \\+inf"):
+                chain.distribution(broken[row])
+    banned = logits.clone()
+    banned[2] = float("-inf")
+    with pytest.raises(InvalidProcessorError, match="no allowed token in rows \\[2\\]"):
+        chain.rows_along(banned, path)
+    overflowing = ProcessorChain([*processors, Temperature(1e-300)], vocab_size=V)
+    with pytest.raises(InvalidProcessorError, match="NaN or \\+inf logits"):
+        overflowing.distribution(torch.full((V,), 1e10, dtype=torch.float64))

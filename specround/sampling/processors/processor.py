@@ -30,6 +30,9 @@ class LogitProcessor(ABC):
     """Whether :meth:`advance` changes the processor."""
     transforms_logits: ClassVar[bool] = True
     """Whether :meth:`apply` can change a logit; ``False`` for an identity (a chain skips it)."""
+    keeps_non_finite: ClassVar[bool] = False
+    """Whether :meth:`apply` always maps a NaN or ``+inf`` logit to NaN or ``+inf`` (e.g. ``x / t``, ``x +
+    b``): a chain of such processors finds non-finite input in its processed rows, one pass fewer."""
 
     @abstractmethod
     def params(self) -> dict[str, Any]:

@@ -175,16 +175,32 @@ class ProcessorChain:
             one_hot = greedy.one_hot(logits)
             if one_hot is not None:
                 return one_hot
-        # One reduction: the maximum is NaN when any value is (torch's max propagates NaN), +inf when one is.
-        if logits.numel() and not bool(logits.max() < _POS_INF):
-            raise NonFiniteProbabilityError("logits hold NaN or +inf")
+        if not self._finite_check_deferred():
+            _refuse_non_finite(logits)
         return None
 
-    def _normalise(self, processed: torch.Tensor) -> torch.Tensor:
-        """Softmax of processed logits ``[n, V]``, refusing rows with no allowed token."""
+    def _finite_check_deferred(self) -> bool:
+        """Whether the logits' NaN/+inf check waits for the processed rows' maxima (:meth:`_normalise`).
+
+        True when the rows reach the softmax (no greedy arg-max) through processors that each keep a NaN
+        or ``+inf`` logit non-finite: a non-finite input then shows in the processed rows' maxima, which
+        the softmax's checks read anyway, and the input is read again only when one is.
+        """
+        return self._greedy_end() < 0 and all(
+            p.keeps_non_finite for p in self.processors if p.transforms_logits
+        )
+
+    def _normalise(self, processed: torch.Tensor, unchecked: torch.Tensor | None = None) -> torch.Tensor:
+        """Softmax of processed logits ``[n, V]``, refusing rows with no allowed token.
+
+        ``unchecked``: the raw logits when their NaN/+inf check was deferred (:meth:`_finite_check_deferred`);
+        they are refused here, before any other finding, exactly when they hold NaN or ``+inf``.
+        """
         if processed.shape[0] == 0:
             return processed.clone()
         top = processed.amax(dim=-1).tolist()  # [n] row maxima (NaN when a row holds one)
+        if unchecked is not None and not all(value < _POS_INF for value in top):
+            _refuse_non_finite(unchecked)
         empty = [row for row, value in enumerate(top) if value == _NEG_INF]
         if empty:
             raise InvalidProcessorError(f"the processors leave no allowed token in rows {empty}")
@@ -214,6 +230,7 @@ class ProcessorChain:
         """
         greedy = self._greedy_end()
         rest = self.processors
+        unchecked = rows if self._finite_check_deferred() else None
         if greedy >= 0:
             for p in self.processors[:greedy]:
                 if p.transforms_logits:
@@ -227,7 +244,7 @@ class ProcessorChain:
         for p in rest:
             if p.transforms_logits:  # an identity (stop sequences) would only copy the rows
                 rows = apply(p, rows)
-        return self._normalise(rows)
+        return self._normalise(rows, unchecked)
 
     def distribution(self, logits: torch.Tensor) -> torch.Tensor:
         """Processed probabilities at the current state: ``[V] -> [V]`` or ``[N, V] -> [N, V]``."""
@@ -322,3 +339,9 @@ def sampling_chain(
     if stop_sequences:
         processors.append(StopSequences(stop_sequences))
     return ProcessorChain(processors, vocab_size=vocab_size, softmax=softmax)
+
+
+def _refuse_non_finite(logits: torch.Tensor) -> None:
+    """Refuse logits holding NaN or ``+inf``: one reduction (torch's max propagates NaN)."""
+    if logits.numel() and not bool(logits.max() < _POS_INF):
+        raise NonFiniteProbabilityError("logits hold NaN or +inf")

@@ -52,6 +52,7 @@ class Temperature(LogitProcessor):
     """Divide logits by ``temperature > 0`` (``temperature = 0`` is :class:`Greedy`, a separate kind)."""
 
     kind: ClassVar[str] = "temperature"
+    keeps_non_finite: ClassVar[bool] = True  # t > 0: NaN / t is NaN, +inf / t is +inf
 
     def __init__(self, temperature: float) -> None:
         self.temperature = real(self.kind, "temperature", temperature, low=0.0, low_open=True)
@@ -269,6 +270,7 @@ class LogitBias(LogitProcessor):
     """Add a finite bias to the logits of chosen tokens (``{token: bias}``)."""
 
     kind: ClassVar[str] = "logit_bias"
+    keeps_non_finite: ClassVar[bool] = True  # b is finite: NaN + b is NaN, +inf + b is +inf
 
     def __init__(self, bias: Mapping[Any, Any] | Sequence[Sequence[Any]]) -> None:
         pairs = bias.items() if isinstance(bias, Mapping) else bias
