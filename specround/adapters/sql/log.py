@@ -12,13 +12,15 @@
   PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already holds the write lock), looks up the round ids of the
   publications that do not extend their head (retries and losers: only they can name a published round),
   decides every publication with the shared fence :func:`~specround.adapters.fence.plan_publish`, appends
-  one ``rounds`` row per winner with a single ``executemany`` (its five events in one row), and moves each
-  winner's head with a compare-and-swap ``UPDATE ... WHERE generation = expected`` whose row count is
-  checked: three statements per step in the common case, whatever the batch size. The unique keys of
-  ``rounds`` back the fence up; if one fires anyway (a round id published at an earlier generation, or a
-  concurrent writer the locks did not cover), or PostgreSQL reports a deadlock or serialization failure,
-  the whole call is retried from the top with every round id looked up, so the loser is decided by the
-  fence on the next attempt instead of aborting the others.
+  one ``rounds`` row per winner (its five events in one row), and moves each winner's head with a
+  compare-and-swap ``UPDATE ... WHERE generation = expected`` whose row count is checked: three statements
+  per step in the common case, whatever the batch size. On SQLite the two writes are ``executemany``
+  calls; on PostgreSQL each is one statement over column arrays sent in binary (``INSERT ... SELECT * FROM
+  unnest(...)``, ``UPDATE ... FROM unnest(...)``), which the server plans once for the whole step.
+  The unique keys of ``rounds`` back the fence up; if one fires anyway (a round id published at an
+  earlier generation, or a concurrent writer the locks did not cover), or PostgreSQL reports a deadlock
+  or serialization failure, the whole call is retried from the top with every round id looked up, so
+  the loser is decided by the fence on the next attempt instead of aborting the others.
   The statements run on the connection's DBAPI cursor with positional tuples (no statement compilation or
   result processing), and the transaction itself (``BEGIN IMMEDIATE`` on SQLite, ``COMMIT``) is driven on
   the DBAPI connection rather than through SQLAlchemy's transaction object; the engine's cursor events
@@ -139,6 +141,12 @@ class _Cursor:
             listener(connection, cursor, statement, parameters, None, many)
         return cursor
 
+    def run_rows(self, statement: str, rows: Sequence[tuple[Any, ...]], *, columnar: bool) -> Any:
+        """Execute ``statement`` for every row: one array per column (``columnar``), else executemany."""
+        if columnar:
+            return self.run(statement, [list(column) for column in zip(*rows, strict=True)])
+        return self.run(statement, rows, many=True)
+
     def close(self) -> None:
         """Close the DBAPI cursor."""
         self._cursor.close()
@@ -167,6 +175,10 @@ _ROUND_COLUMNS = (
     "body",
 )
 _HEAD_UPDATE_COLUMNS = ("generation", "head_seq", "head_hash", "state_digest", "finished", "updated_at")
+_ROUND_COLUMN_TYPES = ("bigint", "bigint", "text", "float8", "bytea", "bytea", "bytea", "bytea")
+"""PostgreSQL array types of :data:`_ROUND_COLUMNS`, in order."""
+_HEAD_UPDATE_TYPES = ("bigint", "bigint", "text", "text", "boolean", "float8", "text", "bigint")
+"""PostgreSQL array types of a head update: :data:`_HEAD_UPDATE_COLUMNS`, request id, expected generation."""
 
 
 class _Statements:
@@ -176,12 +188,30 @@ class _Statements:
         self.mark = "?" if paramstyle == "qmark" else "%s"
         marks = ", ".join([self.mark] * len(_EVENT_COLUMNS))
         self.insert_event = f"INSERT INTO events ({', '.join(_EVENT_COLUMNS)}) VALUES ({marks})"
-        marks = ", ".join([self.mark] * len(_ROUND_COLUMNS))
-        self.insert_rounds = f"INSERT INTO rounds ({', '.join(_ROUND_COLUMNS)}) VALUES ({marks})"
-        assignments = ", ".join(f"{column} = {self.mark}" for column in _HEAD_UPDATE_COLUMNS)
-        self.update_head = (
-            f"UPDATE requests SET {assignments} WHERE request_id = {self.mark} AND generation = {self.mark}"
-        )
+        self.columnar = postgres
+        """Whether the step's rows go as one array per column in one statement (:meth:`_Cursor.run_rows`)."""
+        if postgres:  # one statement over column arrays: the server plans it once for the whole step
+            arrays = ", ".join(
+                f"%b::{kind}[]" for kind in _ROUND_COLUMN_TYPES
+            )  # binary format: cheaper to dump
+            self.insert_rounds = (
+                f"INSERT INTO rounds ({', '.join(_ROUND_COLUMNS)}) SELECT * FROM unnest({arrays})"
+            )
+            arrays = ", ".join(f"%b::{kind}[]" for kind in _HEAD_UPDATE_TYPES)
+            assignments = ", ".join(f"{column} = u.{column}" for column in _HEAD_UPDATE_COLUMNS)
+            self.update_head = (
+                f"UPDATE requests AS r SET {assignments} FROM unnest({arrays}) "
+                f"AS u({', '.join(_HEAD_UPDATE_COLUMNS)}, request_id, expected) "
+                'WHERE r.request_id = u.request_id COLLATE "C" AND r.generation = u.expected'
+            )
+        else:
+            marks = ", ".join([self.mark] * len(_ROUND_COLUMNS))
+            self.insert_rounds = f"INSERT INTO rounds ({', '.join(_ROUND_COLUMNS)}) VALUES ({marks})"
+            assignments = ", ".join(f"{column} = {self.mark}" for column in _HEAD_UPDATE_COLUMNS)
+            self.update_head = (
+                f"UPDATE requests SET {assignments} "
+                f"WHERE request_id = {self.mark} AND generation = {self.mark}"
+            )
         self.insert_request = (
             "INSERT INTO requests (request_id, generation, head_seq, head_hash, state_digest, finished, "
             f"opened_digest, opened_at, updated_at, request_no) VALUES ({', '.join([self.mark] * 10)})"
@@ -484,7 +514,8 @@ class SqlEventLog:
                             body,
                         )
                     )
-                cursor.run(self._sql.insert_rounds, rows, many=True)
+                columnar = self._sql.columnar
+                cursor.run_rows(self._sql.insert_rounds, rows, columnar=columnar)
                 updates = [
                     (
                         u.head.generation,
@@ -498,7 +529,7 @@ class SqlEventLog:
                     )
                     for u in plan.head_updates
                 ]
-                moved = cursor.run(self._sql.update_head, updates, many=True).rowcount
+                moved = cursor.run_rows(self._sql.update_head, updates, columnar=columnar).rowcount
                 if moved != len(updates):
                     raise _RetryError(f"{len(updates) - moved} compare-and-swap(s) lost")
                 if self._signer is not None:
