@@ -256,11 +256,16 @@ class _Statements:
         )
 
     def heads(self, count: int) -> str:
-        marks = ", ".join([self.mark] * count)
+        """The heads of ``count`` requests (locked on PostgreSQL), given by :meth:`head_keys`."""
+        where = "= ANY(%b::text[])" if self.columnar else f"IN ({', '.join([self.mark] * count)})"
         return (
             "SELECT request_id, generation, head_seq, head_hash, finished, request_no FROM requests "
-            f"WHERE request_id IN ({marks}){self.lock_suffix}"
+            f"WHERE request_id {where}{self.lock_suffix}"
         )
+
+    def head_keys(self, request_ids: tuple[str, ...]) -> tuple[Any, ...]:
+        """The parameters of :meth:`heads`: one array on PostgreSQL, one value per request otherwise."""
+        return (list(request_ids),) if self.columnar else request_ids
 
     def rounds(self, count: int) -> str:
         pair = f"(request_no = {self.mark} AND round_id = {self.mark})"
@@ -781,7 +786,7 @@ class SqlEventLog:
         numbers: dict[str, int] = {}
         for start in range(0, len(request_ids), _IN_CHUNK):
             chunk = tuple(request_ids[start : start + _IN_CHUNK])
-            for row in cursor.run(self._sql.heads(len(chunk)), chunk).fetchall():
+            for row in cursor.run(self._sql.heads(len(chunk)), self._sql.head_keys(chunk)).fetchall():
                 try:
                     heads[row[0]] = Head(int(row[1]), int(row[2]), str(row[3]), bool(row[4]))
                     numbers[row[0]] = int(row[5])
