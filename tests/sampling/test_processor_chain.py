@@ -329,18 +329,7 @@ def test_a_chain_that_starts_greedy_checks_its_logits_in_the_arg_max_pass(dtype:
     assert got.dtype == dtype and torch.equal(got, expected)
     assert int(got[1].argmax()) == 2
     assert torch.equal(chain.distribution(logits[1]), expected[1])
-    for bad in (float("nan"), float("inf")):
-        for row, column in ((0, 0), (2, V - 1), (3, int(logits[3].argmax()))):
-            broken = logits.clone()
-            broken[row, column] = bad
-            with pytest.raises(NonFiniteProbabilityError, match="NaN or \\+inf"):
-                chain.rows_along(broken, path)
-            with pytest.raises(NonFiniteProbabilityError, match="NaN or \\+inf"):
-                chain.distribution(broken[row])
-    banned = logits.clone()
-    banned[2] = float("-inf")
-    with pytest.raises(InvalidProcessorError, match="no allowed token in rows \\[2\\]"):
-        chain.rows_along(banned, path)
+    _assert_refuses_bad_rows(chain, logits, path)
 
 
 @pytest.mark.parametrize(
@@ -363,11 +352,24 @@ def test_a_chain_that_keeps_non_finite_logits_refuses_them_from_its_processed_ma
     path = [5, 6, 1]
     chain = ProcessorChain(processors, vocab_size=V)
     assert torch.allclose(chain.rows_along(logits, path).sum(-1), torch.ones(4, dtype=logits.dtype))
+    _assert_refuses_bad_rows(chain, logits, path, empty_row=1)
+    overflowing = ProcessorChain([*processors, Temperature(1e-300)], vocab_size=V)
+    with pytest.raises(InvalidProcessorError, match="NaN or \\+inf logits"):
+        overflowing.distribution(torch.full((V,), 1e10, dtype=torch.float64))
+
+
+def _assert_refuses_bad_rows(
+    chain: ProcessorChain, logits: torch.Tensor, path: list[int], *, empty_row: int | None = None
+) -> None:
+    """NaN and +inf at a first, last or arg-max column are refused (NonFiniteProbabilityError) by
+    ``rows_along`` and ``distribution``, also when row ``empty_row`` is all -inf (the non-finite input is
+    named first); an all -inf row 2 alone is a row with no allowed token (InvalidProcessorError)."""
     for bad in (float("nan"), float("inf")):
         for row, column in ((0, 0), (2, V - 1), (3, int(logits[3].argmax()))):
             broken = logits.clone()
             broken[row, column] = bad
-            broken[1] = float("-inf")  # an empty row too: the non-finite input is named first
+            if empty_row is not None:
+                broken[empty_row] = float("-inf")
             with pytest.raises(NonFiniteProbabilityError, match="NaN or \\+inf"):
                 chain.rows_along(broken, path)
             with pytest.raises(NonFiniteProbabilityError, match="NaN or \\+inf"):
@@ -376,6 +378,3 @@ def test_a_chain_that_keeps_non_finite_logits_refuses_them_from_its_processed_ma
     banned[2] = float("-inf")
     with pytest.raises(InvalidProcessorError, match="no allowed token in rows \\[2\\]"):
         chain.rows_along(banned, path)
-    overflowing = ProcessorChain([*processors, Temperature(1e-300)], vocab_size=V)
-    with pytest.raises(InvalidProcessorError, match="NaN or \\+inf logits"):
-        overflowing.distribution(torch.full((V,), 1e10, dtype=torch.float64))
