@@ -6,7 +6,7 @@ anything else must be a SQLAlchemy URL: ``sqlite:///relative.db``, ``sqlite:////
 the only PostgreSQL driver specround ships with). A PostgreSQL schema other than ``public`` is chosen the
 libpq way, e.g. ``...?options=-csearch_path%3Dmyschema``.
 
-SQLite connections run in WAL mode with ``synchronous=NORMAL``, foreign keys on, 8 KiB pages for new files
+SQLite connections run in WAL mode with ``synchronous=NORMAL``, foreign keys on, 4 KiB pages for new files
 and a busy timeout. The sqlite3 driver's own transaction handling is switched off and SQLAlchemy's ``begin``
 event emits ``BEGIN IMMEDIATE`` instead (the documented recipe), so every write transaction takes the write
 lock up front and a fence read can never be overtaken by another writer. Connections marked with the
@@ -49,8 +49,15 @@ Backend = Literal["sqlite", "postgresql"]
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 """How long a write waits for a lock (SQLite busy timeout, PostgreSQL ``lock_timeout``) before it fails."""
 
-SQLITE_PAGE_SIZE = 8192
-"""Page size of new SQLite logs: fewer, larger pages make each group commit's WAL write cheaper."""
+SQLITE_PAGE_SIZE = 4096
+"""Page size of new SQLite logs.
+
+A commit writes every page it touched to the WAL, so a small step (a ``generate`` round touches four pages)
+writes half as much as with 8 KiB pages, and each of a log's thirteen tables and indexes starts at one page
+(53 KB instead of 106 KB for an empty log). Measured against 8 KiB pages: B = 1 durable writes 7-11 %
+faster, B = 64 about 8 % slower, B = 256 and 1,024 the same, and a 651-round ``generate`` log 428 instead of
+about 480 bytes per round.
+"""
 
 READ_ONLY = "specround_read_only"
 """Execution option: ``connection.execution_options(**{READ_ONLY: True})`` opens a read transaction."""
