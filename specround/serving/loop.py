@@ -505,7 +505,7 @@ class ServingLoop:
         else:
             draft_ids, q, p = self._padded_rows(rounds, width)
         verified = [r.verified for r in rounds]
-        lens = torch.tensor([len(r.drafts) for r in rounds], dtype=torch.int64)  # [B]
+        lens = torch.tensor(widths, dtype=torch.int64)  # [B]
         options: dict[str, Any] = {
             "coordinate_digests": [r.digest for r in rounds],
             "proposal_draws": [r.proposal.proposal_draws if r.proposal is not None else 0 for r in rounds],
@@ -536,19 +536,16 @@ class ServingLoop:
     @staticmethod
     def _padded_rows(rounds: Sequence[_Round], width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``draft_ids [B, K]``, ``q [B, K, V]``, ``p [B, K+1, V]`` padded to the step's widest draft."""
-        first = rounds[0].p_rows
-        assert first is not None
+        first = _present(rounds[0].p_rows)
         n, vocab = len(rounds), first.shape[-1]
         p = first.new_zeros((n, width + 1, vocab))  # [B, K+1, V]
         q = first.new_zeros((n, width, vocab))  # [B, K, V]
         draft_ids = torch.full((n, width), PAD_ID, dtype=torch.int64)  # [B, K]
         for b, rnd in enumerate(rounds):
-            assert rnd.p_rows is not None
             k = len(rnd.drafts)
-            p[b, : k + 1] = rnd.p_rows
+            p[b, : k + 1] = _present(rnd.p_rows)
             if k:
-                assert rnd.q_rows is not None
-                q[b, :k] = rnd.q_rows
+                q[b, :k] = _present(rnd.q_rows)
                 draft_ids[b, :k] = torch.tensor(rnd.drafts, dtype=torch.int64)
         return draft_ids, q, p
 

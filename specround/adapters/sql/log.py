@@ -181,6 +181,11 @@ _HEAD_UPDATE_TYPES = ("bigint", "bigint", "text", "text", "boolean", "float8", "
 """PostgreSQL array types of a head update: :data:`_HEAD_UPDATE_COLUMNS`, request id, expected generation."""
 
 
+def _binary_arrays(kinds: Sequence[str]) -> str:
+    """One array parameter per PostgreSQL type in ``kinds``, sent in binary format (cheaper to dump)."""
+    return ", ".join(f"%b::{kind}[]" for kind in kinds)
+
+
 class _Statements:
     """The log's SQL in the driver's parameter style (the hot path skips statement compilation)."""
 
@@ -191,16 +196,13 @@ class _Statements:
         self.columnar = postgres
         """Whether the step's rows go as one array per column in one statement (:meth:`_Cursor.run_rows`)."""
         if postgres:  # one statement over column arrays: the server plans it once for the whole step
-            arrays = ", ".join(
-                f"%b::{kind}[]" for kind in _ROUND_COLUMN_TYPES
-            )  # binary format: cheaper to dump
             self.insert_rounds = (
-                f"INSERT INTO rounds ({', '.join(_ROUND_COLUMNS)}) SELECT * FROM unnest({arrays})"
+                f"INSERT INTO rounds ({', '.join(_ROUND_COLUMNS)}) "
+                f"SELECT * FROM unnest({_binary_arrays(_ROUND_COLUMN_TYPES)})"
             )
-            arrays = ", ".join(f"%b::{kind}[]" for kind in _HEAD_UPDATE_TYPES)
             assignments = ", ".join(f"{column} = u.{column}" for column in _HEAD_UPDATE_COLUMNS)
             self.update_head = (
-                f"UPDATE requests AS r SET {assignments} FROM unnest({arrays}) "
+                f"UPDATE requests AS r SET {assignments} FROM unnest({_binary_arrays(_HEAD_UPDATE_TYPES)}) "
                 f"AS u({', '.join(_HEAD_UPDATE_COLUMNS)}, request_id, expected) "
                 'WHERE r.request_id = u.request_id COLLATE "C" AND r.generation = u.expected'
             )
@@ -257,7 +259,11 @@ class _Statements:
 
     def heads(self, count: int) -> str:
         """The heads of ``count`` requests (locked on PostgreSQL), given by :meth:`head_keys`."""
-        where = "= ANY(%b::text[])" if self.columnar else f"IN ({', '.join([self.mark] * count)})"
+        where = (
+            f"= ANY({_binary_arrays(('text',))})"
+            if self.columnar
+            else f"IN ({', '.join([self.mark] * count)})"
+        )
         return (
             "SELECT request_id, generation, head_seq, head_hash, finished, request_no FROM requests "
             f"WHERE request_id {where}{self.lock_suffix}"
