@@ -10,7 +10,9 @@ decision is re-derived from the logged values and the counter-based RNG (INV-10,
 A request's events are streamed once: the chain check
 (:class:`~specround.statemachine.chain_verification.ChainCheck`) judges each event as replay takes it and
 keeps only its links, so the audit holds no more of a request's events than replay's round in flight (and
-the events replay refused to go on with are read to their end for the chain check alone). The head is read
+the events replay refused to go on with are read to their end for the chain check alone). Where the log
+streams well-formed rounds whole (the SQL log's ``event_items``), the chain check and replay each take a
+round at once, its five hashes computed once for both. The head is read
 after the events, and the findings are reported in the order of the checks above. The whole-log audit
 finishes the RNG and acceptance checks of up to 64 requests together (one Philox call and one acceptance
 test for all their draws, :func:`~specround.audit.decision_audit.finish_all`): a serving log of many short
@@ -19,7 +21,7 @@ requests would otherwise pay numpy's and torch's per-call price once per request
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -28,7 +30,7 @@ from specround.audit.decision_audit import DecisionAuditor, finish_all
 from specround.errors import SpecroundError
 from specround.statemachine.chain_verification import ChainCheck
 from specround.statemachine.invariants import head_agrees
-from specround.statemachine.ports import EventLog, LogHead, StoredEvent
+from specround.statemachine.ports import EventLog, LogHead, RoundStreamingLog, StoredEvent, StoredRound
 from specround.statemachine.replay import replay_request
 
 __all__ = ["ReplayCheck", "audit_log", "audit_request", "replay_against_heads", "with_findings"]
@@ -56,41 +58,56 @@ class _StreamBrokeError(Exception):
         self.error = error
 
 
+_Item = StoredEvent | StoredRound
+"""What a log's stream holds: events, and whole rounds where the log streams them (:func:`_items`)."""
+
+
+def _items(log: EventLog, request_id: str | None = None) -> Iterator[_Item]:
+    """The log's stored events of one request or all, with whole rounds where the log can stream them."""
+    if isinstance(log, RoundStreamingLog):
+        return iter(log.event_items(request_id))
+    return iter(log.events(request_id))
+
+
 class _Source:
-    """A log's event stream, read one event at a time; a read that fails raises :class:`_StreamBrokeError`."""
+    """A log's event stream, read one item at a time; a read that fails raises :class:`_StreamBrokeError`."""
 
-    def __init__(self, stream: Iterator[StoredEvent]) -> None:
+    def __init__(self, stream: Iterator[_Item]) -> None:
         self._stream = stream
-        self.following: StoredEvent | None = None
-        """The event after the request just read to its end (None: the stream ended)."""
+        self.following: _Item | None = None
+        """The item after the request just read to its end (None: the stream ended)."""
 
-    def pull(self) -> StoredEvent | None:
+    def pull(self) -> _Item | None:
         """The next event, or None at the end of the stream."""
         try:
             return next(self._stream, None)
         except SpecroundError as exc:
             raise _StreamBrokeError(exc) from exc
 
-    def request(self, first: StoredEvent, tally: _Tally, *, whole: bool) -> Iterator[StoredEvent]:
-        """``first`` and the events after it of its request (``whole``: every event left in the stream).
+    def request(self, first: _Item, tally: _Tally, *, whole: bool) -> Iterator[_Item]:
+        """``first`` and the items after it of its request (``whole``: every item left in the stream).
 
-        Each is fed to ``tally``'s chain check and counted before it is passed on; at the end,
-        :attr:`following` is the event that ended the request.
+        Each is fed to ``tally``'s chain check and its events counted before it is passed on; at the end,
+        :attr:`following` is the item that ended the request.
         """
         stream = self._stream
-        feed: Callable[[StoredEvent], None] | None = tally.chain.feed
+        chain = tally.chain
+        judging = True
         request_id = first.request_id
-        tally.first_seq = first.seq
+        tally.first_seq = first.first_seq if isinstance(first, StoredRound) else first.seq
         count = 0
-        event: StoredEvent | None = first
+        event: _Item | None = first
         try:
             while event is not None and (whole or event.request_id == request_id):
-                count += 1
-                if feed is not None:
+                count += len(event.payloads) if isinstance(event, StoredRound) else 1
+                if judging:
                     try:
-                        feed(event)
+                        if isinstance(event, StoredRound):
+                            chain.feed_round(event)
+                        else:
+                            chain.feed(event)
                     except Exception as exc:  # a payload without bytes that cannot be serialised
-                        tally.chain_error, feed = exc, None
+                        tally.chain_error, judging = exc, False
                 yield event
                 try:
                     event = next(stream, None)
@@ -115,7 +132,7 @@ class _Tally:
 def audit_request(log: EventLog, request_id: str) -> RequestAudit:
     """Audit one request of ``log`` (read on its own; a damaged log gives findings, never an exception)."""
     try:
-        source = _Source(iter(log.events(request_id)))
+        source = _Source(_items(log, request_id))
         return _audit_events(log, request_id, source, source.pull(), [], whole=True)
     except (SpecroundError, _StreamBrokeError) as exc:
         error = exc.error if isinstance(exc, _StreamBrokeError) else exc
@@ -166,7 +183,7 @@ def _audit_events(
     log: EventLog,
     request_id: str,
     source: _Source | None,
-    first: StoredEvent | None,
+    first: _Item | None,
     findings: list[AuditFinding],
     *,
     whole: bool = False,
@@ -205,7 +222,7 @@ def _audit_pending(
     log: EventLog,
     request_id: str,
     source: _Source | None,
-    first: StoredEvent | None,
+    first: _Item | None,
     findings: list[AuditFinding],
     whole: bool,
     in_table: bool | None,
@@ -325,7 +342,7 @@ def audit_log(log: EventLog, request_ids: Iterable[str] | None = None) -> AuditR
     seen: set[str] = set()
     pending: list[_PendingAudit] = []
     try:
-        source = _Source(iter(log.events()))
+        source = _Source(_items(log))
         event = source.pull()
         while event is not None:
             request_id = event.request_id

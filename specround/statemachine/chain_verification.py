@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from specround.canonical import GENESIS_HASH, canonical_bytes
-from specround.statemachine.ports import LogHead, StoredEvent
+from specround.statemachine.events import ROUND_EVENT_KINDS
+from specround.statemachine.ports import LogHead, StoredEvent, StoredRound
 
 __all__ = ["ChainCheck", "ChainFinding", "ChainFindingKind", "verify_chain"]
 
@@ -106,7 +107,7 @@ class ChainCheck:
         """Every event's links, once an event did not extend the intact prefix."""
         self._tail = GENESIS_HASH
         """The last hash of the intact prefix (the link the next event must name)."""
-        self._last: StoredEvent | None = None
+        self._last: StoredEvent | StoredRound | None = None
         self._last_matches = False
 
     def feed(self, event: StoredEvent) -> None:
@@ -151,11 +152,47 @@ class ChainCheck:
             links = self._expand()
         links.append((request_id, event.seq, prev_hash, link, verdict))
 
-    def hash_matches(self, event: StoredEvent) -> bool:
-        """Whether ``event``'s stored hash matches its bytes (reusing the verdict of the event just fed)."""
-        if event is self._last:
+    def feed_round(self, stored: StoredRound) -> None:
+        """Take a whole round: what feeding its five events gives, with the chain recomputed once.
+
+        Its inner events' hashes are derived from their bytes, so each of them matches by construction;
+        the round's stored (last) hash matches when the chain recomputed over the five payloads reaches
+        it. A round that extends the intact prefix with matching envelopes is taken at once; any other is
+        fed event by event (whose findings then name the event).
+        """
+        hashes = self._hashes
+        chained = stored.chained_hashes()
+        matches = chained[-1] == stored.hash
+        if (
+            matches
+            and self._links is None
+            and hashes
+            and stored.request_id == self._request_id
+            and stored.first_seq == len(hashes)
+            and stored.prev_hash == self._tail
+            and GENESIS_HASH not in chained
+            and not any(link in hashes for link in chained)
+            and len(set(chained)) == len(chained)
+            and _envelopes_match(stored)
+        ):
+            for link in chained:
+                hashes[link] = None
+            self._tail = stored.hash
+        else:
+            for event in stored.events():
+                self.feed(event)
+        self._last, self._last_matches = stored, matches
+
+    def hash_matches(self, item: StoredEvent | StoredRound) -> bool:
+        """Whether an event's stored hash (every stored hash of a round) matches its bytes.
+
+        The verdict of the event or round just fed is reused.
+        """
+        if item is self._last:
             return self._last_matches
-        return _stored_hash_matches(event)
+        if isinstance(item, StoredRound):
+            return item.chained_hashes()[-1] == item.hash
+        return _stored_hash_matches(item)
 
     def findings(self, head: LogHead | None = None) -> list[ChainFinding]:
         """Every finding about the events fed so far (empty when the chain is intact), against ``head``."""
@@ -179,6 +216,21 @@ class ChainCheck:
         self._tail = GENESIS_HASH
         self._links = links
         return links
+
+
+def _envelopes_match(stored: StoredRound) -> bool:
+    """Whether each of the round's payloads is an object naming its kind, request and round."""
+    for payload, kind in zip(stored.payloads, ROUND_EVENT_KINDS, strict=True):
+        if not isinstance(payload, dict):
+            return False
+        get = payload.get
+        if (
+            get("kind") != kind
+            or get("request_id") != stored.request_id
+            or get("round_id") != stored.round_id
+        ):
+            return False
+    return True
 
 
 def verify_chain(events: Iterable[StoredEvent], head: LogHead | None = None) -> list[ChainFinding]:

@@ -8,11 +8,15 @@ and the result must match the logged successor digest, processor digest, RNG cou
 Any event sequence replay cannot accept raises :class:`~specround.errors.LogIntegrityError` naming the
 request, the seq and what is wrong.
 
-Speed (target >= 100k events/s): events are streamed, never loaded all at once; the hash link of every
-event is checked (and, with ``verify_hashes``, recomputed from the canonical payload), and because the
+Speed: events are streamed, never loaded all at once; the hash link of every event is checked (and, with
+``verify_hashes``, recomputed from the canonical payload). A log that stores a round's events together
+streams each well-formed round as one :class:`~specround.statemachine.ports.StoredRound`
+(:class:`~specround.statemachine.ports.RoundStreamingLog`): replay recomputes its chain once over the five
+payloads and, when every per-event check holds for all of them, folds it without building five event
+objects; any other round is fed event by event, so a refusal names the same event either way. Because the
 chain vouches for the payloads, current-version payloads are read as plain dicts instead of being
-re-validated by pydantic (older versions go through :func:`~specround.statemachine.events.parse_event`
-and its upcasters). The state digest is extended from token folds in O(emitted) per round.
+re-validated by pydantic (older versions go through :func:`~specround.statemachine.events.parse_event` and
+its upcasters). The state digest is extended from token folds in O(emitted) per round.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 from specround.canonical import GENESIS_HASH, canonical_bytes
 from specround.errors import LogIntegrityError, SpecroundError
 from specround.statemachine.events import EVENT_SCHEMA_VERSION, ROUND_EVENT_KINDS, RequestOpened, parse_event
-from specround.statemachine.ports import EventLog, StoredEvent
+from specround.statemachine.ports import EventLog, RoundStreamingLog, StoredEvent, StoredRound
 from specround.statemachine.records import assemble, record_digest_of
 from specround.statemachine.staging import RequestSnapshot, open_snapshot, stage_kv, stage_successor
 from specround.statemachine.state import RequestConfig, RequestState, RngCounters, SpeculativeCommit
@@ -44,6 +48,7 @@ __all__ = [
 _OPENED = "request_opened"
 _sha256 = hashlib.sha256
 _LAST_EVENT = len(ROUND_EVENT_KINDS) - 1
+_PUBLISHED = ROUND_EVENT_KINDS[_LAST_EVENT]
 _TERMINALS = ("correction", "bonus", "stop")
 _REASONS = (None, "stop", "length")
 
@@ -92,10 +97,11 @@ class ReplayedRound:
 RoundObserver = Callable[[ReplayedRound], None]
 """Called for every round replay accepts (the audit re-derives decisions there)."""
 
-HashCheck = Callable[[StoredEvent], bool]
-"""Says whether an event's stored hash matches its bytes, in place of replay's own recomputation (the
-audit passes :meth:`~specround.statemachine.chain_verification.ChainCheck.hash_matches`, which has judged
-the event already)."""
+HashCheck = Callable[[StoredEvent | StoredRound], bool]
+"""Says whether an event's stored hash (every stored hash of a whole round) matches its bytes, in place of
+replay's own recomputation (the audit passes
+:meth:`~specround.statemachine.chain_verification.ChainCheck.hash_matches`, which has judged the event or
+round already)."""
 
 
 class _Fold:
@@ -205,20 +211,82 @@ class _Fold:
             raise self._error(event, f"round id {event.round_id!r} inside round {round_id!r}")
         pending.append(payload)
         if at == _LAST_EVENT:
-            try:
-                replayed = self._fold_round(event)
-            except LogIntegrityError:
-                raise
-            except Exception as exc:  # any value the round's checks cannot even read is a malformed payload
-                raise self._error(event, f"malformed round payload: {exc!r}"[:500]) from exc
-            self.round = []
-            if replayed is not None:
-                assert self.observer is not None
-                self.observer(replayed)
+            self._end_round(event.seq)
+
+    def feed_round(self, stored: StoredRound) -> None:
+        """Take the next round of this request whole: the same checks as its five events fed one by one.
+
+        When everything :meth:`feed` checks per event holds for all five (they link from this request's
+        last event, the recomputed chain over their bytes reaches the stored hash, their envelopes and
+        payloads agree), the round is folded at once; otherwise its events are fed one by one, which
+        raises the finding :meth:`feed` names.
+        """
+        state = self.snapshot.state
+        generation = stored.generation
+        payloads = stored.payloads
+        if (
+            self.round
+            or state.finished
+            or generation != state.generation + 1
+            or 5 * generation - 4 != self.expected_seq
+            or stored.prev_hash != self.prev_hash
+            or len(payloads) != len(ROUND_EVENT_KINDS)
+            or not self._payloads_match(stored)
+            or (self.verify_hashes and not self._round_hashes_match(stored))
+        ):
+            for event in stored.events():
+                self.feed(event)
+            return
+        self.round_id = stored.round_id
+        self.round = list(payloads)
+        self.expected_seq += len(payloads)
+        self.prev_hash = stored.hash
+        self.events += len(payloads)
+        self._end_round(self.expected_seq - 1)
+
+    def _round_hashes_match(self, stored: StoredRound) -> bool:
+        """Whether every stored hash of the round matches its bytes (judged by ``hash_check`` when given)."""
+        check = self.hash_check
+        if check is not None:
+            return check(stored)
+        return stored.chained_hashes()[-1] == stored.hash
+
+    def _payloads_match(self, stored: StoredRound) -> bool:
+        """Whether each payload is a current-version object of its kind, request and round."""
+        request_id, round_id = self.request_id, stored.round_id
+        for payload, kind in zip(stored.payloads, ROUND_EVENT_KINDS, strict=True):
+            if type(payload) is not dict:
+                return False
+            get = payload.get
+            if (
+                get("kind") != kind
+                or get("request_id") != request_id
+                or get("round_id") != round_id
+                or get("schema_version") != EVENT_SCHEMA_VERSION
+            ):
+                return False
+        return True
 
     # --- per round --------------------------------------------------------------------------------------
 
-    def _fold_round(self, event: StoredEvent) -> ReplayedRound | None:
+    def _end_round(self, seq: int) -> None:
+        """Fold the pending round, whose ``round_published`` event has ``seq``, and tell the observer."""
+        try:
+            replayed = self._fold_round(seq)
+        except LogIntegrityError:
+            raise
+        except Exception as exc:  # any value the round's checks cannot even read is a malformed payload
+            raise self._round_error(seq, f"malformed round payload: {exc!r}"[:500]) from exc
+        self.round = []
+        if replayed is not None:
+            assert self.observer is not None
+            self.observer(replayed)
+
+    def _round_error(self, seq: int, message: str) -> LogIntegrityError:
+        """:meth:`_error` for the round's ``round_published`` event at ``seq``."""
+        return LogIntegrityError(f"request {self.request_id!r} seq {seq} ({_PUBLISHED}): {message}")
+
+    def _fold_round(self, seq: int) -> ReplayedRound | None:
         """Check and fold the pending round; the round for the observer (None without one)."""
         ready, verified, decided, staged, published = self.round
         start = self.snapshot
@@ -227,7 +295,7 @@ class _Fold:
         rng_before = (rng.proposal, rng.accept, rng.terminal)
 
         def fail(message: str) -> LogIntegrityError:
-            return self._error(event, f"round {self.round_id!r}: {message}")
+            return self._round_error(seq, f"round {self.round_id!r}: {message}")
 
         if ready["expected_generation"] != s0.generation:
             raise fail(f"expects generation {ready['expected_generation']}, the state is at {s0.generation}")
@@ -344,7 +412,7 @@ class _Fold:
             start=start,
             successor=successor,
             round_id=self.round_id,
-            seq=event.seq,
+            seq=seq,
             ready=ready,
             verified=verified,
             decided=decided,
@@ -373,7 +441,7 @@ class _Fold:
 
 
 def replay_events(
-    events: Iterable[StoredEvent],
+    events: Iterable[StoredEvent | StoredRound],
     *,
     verify_hashes: bool = True,
     on_round: RoundObserver | None = None,
@@ -382,28 +450,36 @@ def replay_events(
     """Replay a stream ordered by (request, seq), yielding each request as soon as its events end.
 
     ``on_round`` is called with every round replay accepted, in order. ``hash_check`` (with
-    ``verify_hashes``) judges each event's hash instead of replay recomputing it.
+    ``verify_hashes``) judges each event's hash instead of replay recomputing it. A
+    :class:`~specround.statemachine.ports.StoredRound` in the stream stands for its five events.
     """
     fold: _Fold | None = None
     seen: set[str] = set()
-    for event in events:
-        if fold is not None and event.request_id == fold.request_id:
-            fold.feed(event)
+    for item in events:
+        if fold is not None and item.request_id == fold.request_id:
+            if isinstance(item, StoredRound):
+                fold.feed_round(item)
+            else:
+                fold.feed(item)
             continue
         if fold is not None:
             yield fold.finish()
-        if event.request_id in seen:
-            raise LogIntegrityError(
-                f"events of request {event.request_id!r} are not contiguous in the stream"
-            )
-        seen.add(event.request_id)
-        fold = _Fold(event, verify_hashes, on_round, hash_check)
+        if item.request_id in seen:
+            raise LogIntegrityError(f"events of request {item.request_id!r} are not contiguous in the stream")
+        seen.add(item.request_id)
+        if isinstance(item, StoredRound):  # a request whose first stored event is a round's
+            first, *rest = item.events()
+            fold = _Fold(first, verify_hashes, on_round, hash_check)
+            for event in rest:
+                fold.feed(event)
+        else:
+            fold = _Fold(item, verify_hashes, on_round, hash_check)
     if fold is not None:
         yield fold.finish()
 
 
 def replay_request(
-    events: Iterable[StoredEvent],
+    events: Iterable[StoredEvent | StoredRound],
     *,
     verify_hashes: bool = True,
     on_round: RoundObserver | None = None,
@@ -421,7 +497,9 @@ def replay_request(
 def replay_log(
     log: EventLog, *, request_id: str | None = None, verify_hashes: bool = True
 ) -> Iterator[ReplayedRequest]:
-    """Replay a whole log (or one request of it), streaming."""
+    """Replay a whole log (or one request of it), streaming (whole rounds where the log can stream them)."""
+    if isinstance(log, RoundStreamingLog):
+        return replay_events(log.event_items(request_id), verify_hashes=verify_hashes)
     return replay_events(log.events(request_id), verify_hashes=verify_hashes)
 
 

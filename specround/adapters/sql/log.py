@@ -47,7 +47,7 @@ import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, cast
 
 from sqlalchemy import Connection, Engine
 
@@ -74,8 +74,8 @@ from specround.adapters.sql.rows import (
     SignatureRow,
     decode_event_row,
     decode_head_row,
-    decode_round_row,
     decode_signature_row,
+    read_round_row,
     row_blob,
     row_id,
 )
@@ -89,7 +89,7 @@ from specround.errors import (
 )
 from specround.signing import LogSigner, checkpoint_message, head_message
 from specround.statemachine.events import RequestOpened
-from specround.statemachine.ports import LogHead, PublishOutcome, RoundPublication, StoredEvent
+from specround.statemachine.ports import LogHead, PublishOutcome, RoundPublication, StoredEvent, StoredRound
 
 __all__ = ["DEFAULT_CHECKPOINT_EVERY", "PUBLISH_ATTEMPTS", "STREAM_BATCH", "SqlEventLog"]
 
@@ -337,7 +337,7 @@ class SqlEventLog:
         """The connection publishing writes keep between calls (see :meth:`_write_on_cursor`)."""
         self._writer_lock = threading.Lock()
         """Held by the one write that is using :attr:`_writer`."""
-        self._streams: weakref.WeakSet[Generator[StoredEvent, None, None]] = weakref.WeakSet()
+        self._streams: weakref.WeakSet[Generator[StoredEvent | StoredRound, None, None]] = weakref.WeakSet()
         """Event streams not yet exhausted: each holds a connection (and a read transaction) until it ends."""
 
     @classmethod
@@ -575,11 +575,21 @@ class SqlEventLog:
         published after that are not part of this stream). An unfinished stream holds a connection until
         it is exhausted, closed, garbage-collected or the log is closed.
         """
+        return cast(Iterator[StoredEvent], self._items(request_id, whole=False))
+
+    def event_items(self, request_id: str | None = None) -> Iterator[StoredEvent | StoredRound]:
+        """:meth:`events`, with each well-formed round row as one :class:`StoredRound` (replay's input).
+
+        A round row with any defect still comes as its five events, each naming what is wrong.
+        """
+        return self._items(request_id, whole=True)
+
+    def _items(self, request_id: str | None, *, whole: bool) -> Iterator[StoredEvent | StoredRound]:
         self._check_open()
         if request_id is None:
-            stream = self._stream(self._sql.all_events, self._sql.all_rounds, ())
+            stream = self._stream(self._sql.all_events, self._sql.all_rounds, (), whole)
         else:
-            stream = self._stream(self._sql.request_events, self._sql.request_rounds, (request_id,))
+            stream = self._stream(self._sql.request_events, self._sql.request_rounds, (request_id,), whole)
         self._streams.add(stream)
         return stream
 
@@ -817,8 +827,8 @@ class SqlEventLog:
         return known
 
     def _stream(
-        self, events_sql: str, rounds_sql: str, parameters: tuple[Any, ...]
-    ) -> Generator[StoredEvent, None, None]:
+        self, events_sql: str, rounds_sql: str, parameters: tuple[Any, ...], whole: bool
+    ) -> Generator[StoredEvent | StoredRound, None, None]:
         with db_errors("read events"), self._engine.connect() as connection:
             connection = connection.execution_options(**{READ_ONLY: True})
             with connection.begin():
@@ -832,7 +842,7 @@ class SqlEventLog:
                 try:
                     events.execute(events_sql, parameters)
                     rounds.execute(rounds_sql, parameters)
-                    yield from _merge(_rows(events), _rows(rounds))
+                    yield from _merge(_rows(events), _rows(rounds), whole)
                 finally:
                     events.close()
                     rounds.close()
@@ -855,7 +865,7 @@ def _rows(cursor: Any) -> Iterator[Any]:
         yield from rows
 
 
-def _merge(events: Iterator[Any], rounds: Iterator[Any]) -> Iterator[StoredEvent]:
+def _merge(events: Iterator[Any], rounds: Iterator[Any], whole: bool) -> Iterator[StoredEvent | StoredRound]:
     """Both ordered row streams as one stream of events in (request, seq) order, a request at a time.
 
     Round rows whose ``request_no`` names no request (their request row was deleted) come last, each
@@ -869,19 +879,21 @@ def _merge(events: Iterator[Any], rounds: Iterator[Any]) -> Iterator[StoredEvent
         event = decode_event_row(row)
         request_id = event.request_id
         while pending is not None and pending[0] < request_id:
-            expanded, pending = _request_rounds(pending, keyed, None)
+            expanded, pending = _request_rounds(pending, keyed, None, whole)
             yield from expanded
         yield event
         if pending is not None and pending[0] == request_id:
             opened = event.hash if event.seq == 0 and event.defect is None else None
-            expanded, pending = _request_rounds(pending, keyed, opened)
+            expanded, pending = _request_rounds(pending, keyed, opened, whole)
             yield from expanded
     while pending is not None:
-        expanded, pending = _request_rounds(pending, keyed, None)
+        expanded, pending = _request_rounds(pending, keyed, None, whole)
         yield from expanded
     for number, rows in orphans.items():
         label = f"(rounds of request_no {number!r})"
-        expanded, _ = _request_rounds((label, *rows[0][1:]), iter([(label, *r[1:]) for r in rows[1:]]), None)
+        expanded, _ = _request_rounds(
+            (label, *rows[0][1:]), iter([(label, *r[1:]) for r in rows[1:]]), None, whole
+        )
         yield from expanded
 
 
@@ -895,9 +907,11 @@ def _keyed(rounds: Iterator[Any], orphans: dict[Any, list[Any]]) -> Iterator[tup
 
 
 def _request_rounds(
-    first: Any, rounds: Iterator[Any], opened_hash: str | None
-) -> tuple[Iterator[StoredEvent], Any]:
+    first: Any, rounds: Iterator[Any], opened_hash: str | None, whole: bool
+) -> tuple[Iterator[StoredEvent | StoredRound], Any]:
     """The events of every round row of ``first``'s request, and the next request's first row.
+
+    With ``whole``, each well-formed row comes as one :class:`StoredRound` instead of its five events.
 
     The request's stored rows are read first (memory bounded by one request), so that each row's stored
     link prefix resolves to the full hash of the row it extends wherever that row is stored. Their events
@@ -915,15 +929,23 @@ def _request_rounds(
     if opened_hash is not None:
         with contextlib.suppress(ValueError):
             links.setdefault(bytes.fromhex(opened_hash)[:PREV_LINK_BYTES], opened_hash)
-    return _decoded_rounds(rows, links), pending
+    return _decoded_rounds(rows, links, whole), pending
 
 
-def _decoded_rounds(rows: list[Any], links: dict[bytes, str]) -> Iterator[StoredEvent]:
-    """The events of one request's round rows, in order, decoded one row at a time."""
+def _decoded_rounds(
+    rows: list[Any], links: dict[bytes, str], whole: bool
+) -> Iterator[StoredEvent | StoredRound]:
+    """The events (``whole``: well-formed rounds whole) of one request's round rows, one row at a time."""
     previous_processor: str | None = None
     generation = 0  # of the last event decoded (a row whose generation is unreadable follows it)
     for row in rows:
-        expanded, previous_processor = decode_round_row(row, links, previous_processor, generation + 1)
-        if expanded:
-            generation = expanded[-1].generation
-        yield from expanded
+        read, previous_processor = read_round_row(row, links, previous_processor, generation + 1)
+        if isinstance(read, StoredRound):
+            generation = read.generation
+            if whole:
+                yield read
+                continue
+            read = read.events()
+        if read:
+            generation = read[-1].generation
+        yield from read

@@ -13,7 +13,6 @@ column holding text, a generation that is not an integer). :func:`decode_head_ro
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 from collections.abc import Sequence
@@ -25,7 +24,7 @@ from specround.canonical import dumps_trusted, load
 from specround.errors import LogIntegrityError
 from specround.signing import SignatureRow
 from specround.statemachine.events import ROUND_EVENT_KINDS
-from specround.statemachine.ports import LogHead, StoredEvent
+from specround.statemachine.ports import LogHead, StoredEvent, StoredRound, new_stored_event
 
 __all__ = [
     "SignatureRow",
@@ -33,6 +32,7 @@ __all__ = [
     "decode_head_row",
     "decode_round_row",
     "decode_signature_row",
+    "read_round_row",
     "row_blob",
     "row_id",
     "row_text",
@@ -218,49 +218,6 @@ def decode_signature_row(row: Sequence[Any]) -> SignatureRow:
     )
 
 
-_FIELDS = tuple(field.name for field in dataclasses.fields(StoredEvent))
-if StoredEvent.__slots__ != _FIELDS or hasattr(StoredEvent, "__post_init__"):  # pragma: no cover
-    raise ImportError("StoredEvent no longer has exactly the slots _stored_event fills")
-_SLOTS = tuple(getattr(StoredEvent, name).__set__ for name in _FIELDS)
-_new = object.__new__
-
-
-def _stored_event(
-    request_id: str,
-    seq: int,
-    kind: str,
-    round_id: str | None,
-    generation: int,
-    schema_version: int,
-    payload: dict[str, Any],
-    prev_hash: str,
-    link: str,
-    recorded_at: float,
-    payload_bytes: bytes | None,
-    defect: str | None,
-) -> StoredEvent:
-    """``StoredEvent(...)`` with the same values, its slots filled directly.
-
-    The frozen dataclass's ``__init__`` goes through ``object.__setattr__`` field by field, about twice
-    the time (five events per round row).
-    """
-    event = _new(StoredEvent)
-    a, b, c, d, e, f, g, h, i, j, k, m = _SLOTS
-    a(event, request_id)
-    b(event, seq)
-    c(event, kind)
-    d(event, round_id)
-    e(event, generation)
-    f(event, schema_version)
-    g(event, payload)
-    h(event, prev_hash)
-    i(event, link)
-    j(event, recorded_at)
-    k(event, payload_bytes)
-    m(event, defect)
-    return event
-
-
 _UNRESOLVED = "-" * (64 - 2 * PREV_LINK_BYTES)
 """Pads the stored prefix of a link that names no stored event (a ``prev_hash`` no event has as hash)."""
 
@@ -362,6 +319,20 @@ def decode_round_row(
     payloads are then empty (of one event only, for a ``RAW`` body's unreadable text). A generation that
     is not an integer is taken as ``fallback_generation`` (the reader passes the previous row's plus one).
     """
+    read, processor_after = read_round_row(row, links, previous_processor, fallback_generation)
+    return (read.events() if isinstance(read, StoredRound) else read), processor_after
+
+
+def read_round_row(
+    row: Sequence[Any],
+    links: dict[bytes, str],
+    previous_processor: str | None,
+    fallback_generation: int = 0,
+) -> tuple[StoredRound | list[StoredEvent], str | None]:
+    """:func:`decode_round_row`, with a well-formed row as one :class:`StoredRound` (events not spelled out).
+
+    A row with any defect comes back as its five events, each carrying what is wrong.
+    """
     request_id, generation, round_id, at, commit, prev, last, body = row[:8]
     problems: list[str] = []
     if (  # the rows the log writes: every column of its type (the checks below would find nothing)
@@ -407,11 +378,17 @@ def decode_round_row(
         else:
             readable = not any(defects)
             processor_after = payloads[3].get("processor_after")
+    link = links.get(prefix) or prefix.hex() + _UNRESOLVED
+    processor = processor_after if isinstance(processor_after, str) and readable else None
+    if readable and not problems:
+        return (
+            StoredRound(rid, round_id_, generation_, at_, link, final_.hex(), tuple(payloads), tuple(data)),
+            processor,
+        )
     if payloads is _EMPTY_PAYLOADS:
         payloads = [{} for _ in range(count)]  # each event its own (empty) object
     defect = "; ".join(problems) if problems else None
     seq = 5 * generation_ - 4
-    link = links.get(prefix) or prefix.hex() + _UNRESOLVED
     final = final_.hex()
     out: list[StoredEvent] = []
     sha256 = hashlib.sha256  # chain_hash, inlined
@@ -421,7 +398,7 @@ def decode_round_row(
         version = payload.get("schema_version", 1)
         following = final if index == last_index else sha256(link.encode("ascii") + data[index]).hexdigest()
         out.append(
-            _stored_event(
+            new_stored_event(
                 rid,
                 seq + index,
                 kind,
@@ -437,4 +414,4 @@ def decode_round_row(
             )
         )
         link = following
-    return out, processor_after if isinstance(processor_after, str) and readable else None
+    return out, processor
