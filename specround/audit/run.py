@@ -443,18 +443,17 @@ def replay_against_heads(log: EventLog, request_id: str | None = None) -> list[R
     ids = [request_id] if request_id is not None else log.request_ids()
     checks = []
     for rid in ids:
-        events: list[StoredEvent] = []
+        items: list[_Item] = []
         head_generation = head_digest = None
         try:
             head = log.head(rid)
             head_generation = head.generation if head else None
             head_digest = head.state_digest if head else None
-            events = list(log.events(rid))
-            replayed = replay_request(events)
+            items = list(_items(log, rid))
+            replayed = replay_request(items)
         except SpecroundError as exc:
-            checks.append(
-                ReplayCheck(rid, len(events), 0, None, None, head_generation, head_digest, str(exc))
-            )
+            events = sum(len(i.payloads) if isinstance(i, StoredRound) else 1 for i in items)
+            checks.append(ReplayCheck(rid, events, 0, None, None, head_generation, head_digest, str(exc)))
             continue
         checks.append(
             ReplayCheck(

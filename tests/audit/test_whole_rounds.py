@@ -18,7 +18,7 @@ import torch
 
 from specround.adapters.sql import SqlEventLog
 from specround.adapters.sql.round_body import encode_raw
-from specround.audit import AuditReport, audit_log
+from specround.audit import AuditReport, audit_log, replay_against_heads
 from specround.errors import LogIntegrityError
 from specround.statemachine.controller import RoundController
 from specround.statemachine.ports import LogHead, RoundStreamingLog, StoredEvent, StoredRound
@@ -161,6 +161,7 @@ def test_replay_and_audit_judge_whole_rounds_as_their_events(log_path: Path, dam
         assert whole == _replayed(replay_events(log.events()))
         report = audit_log(log)
         assert report == audit_log(plain)
+        assert replay_against_heads(log) == replay_against_heads(plain)
     if damage == "intact":
         assert isinstance(whole, list) and [r[2] for r in whole] == [4, 4]
         assert report.ok and sum(isinstance(item, StoredRound) for item in items) == 8
