@@ -40,6 +40,7 @@ __all__ = [
     "StoredEvent",
     "StoredRound",
     "new_stored_event",
+    "round_events",
 ]
 
 
@@ -158,36 +159,64 @@ class StoredRound:
 
     def events(self) -> list[StoredEvent]:
         """The round's five events as a log streams them (inner hashes derived from the bytes)."""
-        out: list[StoredEvent] = []
-        seq = self.first_seq
-        link = self.prev_hash
-        last = len(ROUND_EVENT_KINDS) - 1
-        for index, kind in enumerate(ROUND_EVENT_KINDS):
-            payload, data = self.payloads[index], self.payload_bytes[index]
-            version = payload.get("schema_version", 1)
-            following = (
-                self.hash
-                if index == last
-                else hashlib.sha256(link.encode("ascii") + data).hexdigest()  # chain_hash, inlined
+        return round_events(
+            self.request_id,
+            self.round_id,
+            self.generation,
+            self.recorded_at,
+            self.prev_hash,
+            self.hash,
+            self.payloads,
+            self.payload_bytes,
+        )
+
+
+_NO_DEFECTS: tuple[str | None, ...] = (None,) * len(ROUND_EVENT_KINDS)
+
+
+def round_events(
+    request_id: str,
+    round_id: str,
+    generation: int,
+    recorded_at: float,
+    prev_hash: str,
+    last_hash: str,
+    payloads: Sequence[dict[str, Any]],
+    payload_bytes: Sequence[bytes],
+    defects: Sequence[str | None] = _NO_DEFECTS,
+) -> list[StoredEvent]:
+    """The five events of one stored round, at seqs ``5 * generation - 4 ..``, each with its ``defect``.
+
+    The first links to ``prev_hash``, the last carries the stored ``last_hash``, and each inner hash is
+    derived from the bytes (``chain_hash(prev_hash, payload_bytes)``, inlined).
+    """
+    out: list[StoredEvent] = []
+    seq = 5 * generation - 4
+    link = prev_hash
+    last = len(ROUND_EVENT_KINDS) - 1
+    sha256 = hashlib.sha256
+    for index, kind in enumerate(ROUND_EVENT_KINDS):
+        payload, data = payloads[index], payload_bytes[index]
+        version = payload.get("schema_version", 1)
+        following = last_hash if index == last else sha256(link.encode("ascii") + data).hexdigest()
+        out.append(
+            new_stored_event(
+                request_id,
+                seq + index,
+                kind,
+                round_id,
+                generation,
+                version if type(version) is int else 1,
+                payload,
+                link,
+                following,
+                recorded_at,
+                data,
+                defects[index],
             )
-            out.append(
-                new_stored_event(
-                    self.request_id,
-                    seq + index,
-                    kind,
-                    self.round_id,
-                    self.generation,
-                    version if type(version) is int else 1,
-                    payload,
-                    link,
-                    following,
-                    self.recorded_at,
-                    data,
-                    None,
-                )
-            )
-            link = following
-        return out
+        )
+        link = following
+    return out
 
 
 @dataclass(frozen=True, slots=True)

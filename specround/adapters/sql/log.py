@@ -939,13 +939,11 @@ def _decoded_rounds(
     previous_processor: str | None = None
     generation = 0  # of the last event decoded (a row whose generation is unreadable follows it)
     for row in rows:
-        read, previous_processor = read_round_row(row, links, previous_processor, generation + 1)
+        read, previous_processor = read_round_row(row, links, previous_processor, generation + 1, whole=whole)
         if isinstance(read, StoredRound):
             generation = read.generation
-            if whole:
-                yield read
-                continue
-            read = read.events()
+            yield read
+            continue
         if read:
             generation = read[-1].generation
         yield from read

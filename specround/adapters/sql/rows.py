@@ -13,7 +13,6 @@ column holding text, a generation that is not an integer). :func:`decode_head_ro
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -24,7 +23,7 @@ from specround.canonical import dumps_trusted, load
 from specround.errors import LogIntegrityError
 from specround.signing import SignatureRow
 from specround.statemachine.events import ROUND_EVENT_KINDS
-from specround.statemachine.ports import LogHead, StoredEvent, StoredRound, new_stored_event
+from specround.statemachine.ports import LogHead, StoredEvent, StoredRound, round_events
 
 __all__ = [
     "SignatureRow",
@@ -319,8 +318,9 @@ def decode_round_row(
     payloads are then empty (of one event only, for a ``RAW`` body's unreadable text). A generation that
     is not an integer is taken as ``fallback_generation`` (the reader passes the previous row's plus one).
     """
-    read, processor_after = read_round_row(row, links, previous_processor, fallback_generation)
-    return (read.events() if isinstance(read, StoredRound) else read), processor_after
+    read, processor_after = read_round_row(row, links, previous_processor, fallback_generation, whole=False)
+    assert not isinstance(read, StoredRound)
+    return read, processor_after
 
 
 def read_round_row(
@@ -328,10 +328,13 @@ def read_round_row(
     links: dict[bytes, str],
     previous_processor: str | None,
     fallback_generation: int = 0,
+    *,
+    whole: bool = True,
 ) -> tuple[StoredRound | list[StoredEvent], str | None]:
-    """:func:`decode_round_row`, with a well-formed row as one :class:`StoredRound` (events not spelled out).
+    """:func:`decode_round_row`; with ``whole``, a well-formed row as one :class:`StoredRound`.
 
-    A row with any defect comes back as its five events, each carrying what is wrong.
+    A row with any defect (and without ``whole``, every row) comes back as its five events, each carrying
+    what is wrong.
     """
     request_id, generation, round_id, at, commit, prev, last, body = row[:8]
     problems: list[str] = []
@@ -381,37 +384,18 @@ def read_round_row(
     link = links.get(prefix) or prefix.hex() + _UNRESOLVED
     processor = processor_after if isinstance(processor_after, str) and readable else None
     if readable and not problems:
-        return (
-            StoredRound(rid, round_id_, generation_, at_, link, final_.hex(), tuple(payloads), tuple(data)),
-            processor,
+        if not whole:
+            return round_events(
+                rid, round_id_, generation_, at_, link, final_.hex(), payloads, data
+            ), processor
+        stored = StoredRound(
+            rid, round_id_, generation_, at_, link, final_.hex(), tuple(payloads), tuple(data)
         )
+        return stored, processor
     if payloads is _EMPTY_PAYLOADS:
         payloads = [{} for _ in range(count)]  # each event its own (empty) object
     defect = "; ".join(problems) if problems else None
-    seq = 5 * generation_ - 4
-    final = final_.hex()
-    out: list[StoredEvent] = []
-    sha256 = hashlib.sha256  # chain_hash, inlined
-    last_index = count - 1
-    for index, kind in enumerate(ROUND_EVENT_KINDS):
-        payload = payloads[index]
-        version = payload.get("schema_version", 1)
-        following = final if index == last_index else sha256(link.encode("ascii") + data[index]).hexdigest()
-        out.append(
-            new_stored_event(
-                rid,
-                seq + index,
-                kind,
-                round_id_,
-                generation_,
-                version if type(version) is int else 1,
-                payload,
-                link,
-                following,
-                at_,
-                data[index],
-                defect or defects[index],
-            )
-        )
-        link = following
-    return out, processor
+    marks = [defect or why for why in defects]
+    return round_events(
+        rid, round_id_, generation_, at_, link, final_.hex(), payloads, data, marks
+    ), processor

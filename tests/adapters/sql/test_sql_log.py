@@ -235,7 +235,7 @@ def test_a_requests_rounds_are_decoded_as_the_reader_takes_them(
     decoded: list[int] = []
     decode = sql_log.read_round_row
     monkeypatch.setattr(
-        sql_log, "read_round_row", lambda row, *rest: decoded.append(row[1]) or decode(row, *rest)
+        sql_log, "read_round_row", lambda row, *rest, **kw: decoded.append(row[1]) or decode(row, *rest, **kw)
     )
     stream = log.events()
     taken = [next(stream) for _ in range(1 + 5 + 1)]  # req-a: request_opened, round 1, round 2's first
