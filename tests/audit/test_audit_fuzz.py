@@ -14,13 +14,10 @@ import random
 import sqlite3
 from pathlib import Path
 
-import torch
-
 from specround.adapters.sql import SqlEventLog
 from specround.audit import audit_log, replay_against_heads
 from specround.errors import SpecroundError
-from specround.statemachine.controller import RoundController
-from tests.statemachine._synthetic import random_input
+from tests.statemachine._synthetic import run_random_steps
 
 CASES = int(os.environ.get("SPECROUND_AUDIT_FUZZ_CASES", "300"))
 SEED = 20261201
@@ -29,12 +26,7 @@ V = 16
 
 def _write_log(path: Path) -> None:
     log = SqlEventLog.open(path)
-    controller = RoundController(log)
-    generator = torch.Generator().manual_seed(5)
-    for rid in ("a", "b"):
-        controller.open_request((1, 2, 3), seed=9, vocab_size=V, request_id=rid, max_new_tokens=40)
-    for _ in range(3):
-        controller.step([random_input(controller, rid, 3, generator) for rid in ("a", "b")])
+    run_random_steps(log, ("a", "b"), steps=3, vocab=V, generator_seed=5)
     log.close()
     connection = sqlite3.connect(path)
     connection.execute("PRAGMA journal_mode = DELETE")  # one self-contained file to edit

@@ -10,14 +10,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from specround.adapters.sql import SqlEventLog
 from specround.audit.pipelined_faults import PIPELINED_CELLS
 from specround.cli import app
-from specround.statemachine.controller import RoundController
-from tests.statemachine._synthetic import random_input
+from tests.statemachine._synthetic import run_random_steps
 
 runner = CliRunner()
 V = 16
@@ -27,12 +25,7 @@ V = 16
 def sqlite_log(tmp_path: Path) -> Path:
     path = tmp_path / "log.sqlite"
     log = SqlEventLog.open(path)
-    controller = RoundController(log)
-    generator = torch.Generator().manual_seed(5)
-    for rid in ("a", "b"):
-        controller.open_request((1, 2, 3), seed=9, vocab_size=V, request_id=rid, max_new_tokens=40)
-    for _ in range(3):
-        controller.step([random_input(controller, rid, 3, generator) for rid in ("a", "b")])
+    run_random_steps(log, ("a", "b"), steps=3, vocab=V, generator_seed=5)
     log.close()
     return path
 

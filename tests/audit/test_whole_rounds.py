@@ -14,16 +14,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from specround.adapters.sql import SqlEventLog
 from specround.adapters.sql.round_body import encode_raw
 from specround.audit import AuditReport, audit_log, replay_against_heads
 from specround.errors import LogIntegrityError
-from specround.statemachine.controller import RoundController
 from specround.statemachine.ports import LogHead, RoundStreamingLog, StoredEvent, StoredRound
 from specround.statemachine.replay import ReplayedRequest, replay_events, replay_log
-from tests.statemachine._synthetic import random_input
+from tests.statemachine._synthetic import run_random_steps
 
 V = 16
 _ROUND = "request_no = (SELECT request_no FROM requests WHERE request_id = ?) AND generation = ?"
@@ -52,12 +50,7 @@ class _EventsOnly:
 def log_path(tmp_path: Path) -> Path:
     path = tmp_path / "log.sqlite"
     log = SqlEventLog.open(path)
-    controller = RoundController(log)
-    generator = torch.Generator().manual_seed(11)
-    for rid in ("a", "b"):
-        controller.open_request((1, 2, 3), seed=3, vocab_size=V, request_id=rid, max_new_tokens=60)
-    for _ in range(4):
-        controller.step([random_input(controller, rid, 3, generator) for rid in ("a", "b")])
+    run_random_steps(log, ("a", "b"), steps=4, vocab=V, generator_seed=11, request_seed=3, max_new_tokens=60)
     log.close()
     return path
 

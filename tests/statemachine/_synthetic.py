@@ -10,9 +10,18 @@ import torch
 from specround.model_check import random_rounds
 from specround.statemachine.controller import RoundController
 from specround.statemachine.invariants import log_fingerprint
+from specround.statemachine.ports import EventLog
 from specround.statemachine.rounds import RoundInput
 
-__all__ = ["Branch", "log_fingerprint", "one_hot", "random_input", "scripted_input", "uniform"]
+__all__ = [
+    "Branch",
+    "log_fingerprint",
+    "one_hot",
+    "random_input",
+    "run_random_steps",
+    "scripted_input",
+    "uniform",
+]
 
 
 @dataclass(frozen=True)
@@ -88,3 +97,25 @@ def random_input(
     return random_rounds.random_input(
         controller, request_id, k, generator, dtype=dtype, coordinate_digest=coordinate_digest, branch=branch
     )
+
+
+def run_random_steps(
+    log: EventLog,
+    request_ids: Sequence[str],
+    *,
+    steps: int,
+    vocab: int,
+    generator_seed: int,
+    request_seed: int = 9,
+    k: int = 3,
+    max_new_tokens: int = 40,
+) -> None:
+    """Open ``request_ids`` on a controller over ``log`` and run ``steps`` seeded random steps of them all."""
+    controller = RoundController(log)
+    generator = torch.Generator().manual_seed(generator_seed)
+    for rid in request_ids:
+        controller.open_request(
+            (1, 2, 3), seed=request_seed, vocab_size=vocab, request_id=rid, max_new_tokens=max_new_tokens
+        )
+    for _ in range(steps):
+        controller.step([random_input(controller, rid, k, generator) for rid in request_ids])
