@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from specround.canonical import GENESIS_HASH, canonical_bytes
-from specround.statemachine.events import ROUND_EVENT_KINDS
 from specround.statemachine.ports import LogHead, StoredEvent, StoredRound
 
 __all__ = ["ChainCheck", "ChainFinding", "ChainFindingKind", "verify_chain"]
@@ -173,7 +172,7 @@ class ChainCheck:
             and GENESIS_HASH not in chained
             and not any(link in hashes for link in chained)
             and len(set(chained)) == len(chained)
-            and _envelopes_match(stored)
+            and stored.envelopes_match()
         ):
             for link in chained:
                 hashes[link] = None
@@ -216,21 +215,6 @@ class ChainCheck:
         self._tail = GENESIS_HASH
         self._links = links
         return links
-
-
-def _envelopes_match(stored: StoredRound) -> bool:
-    """Whether each of the round's payloads is an object naming its kind, request and round."""
-    for payload, kind in zip(stored.payloads, ROUND_EVENT_KINDS, strict=True):
-        if not isinstance(payload, dict):
-            return False
-        get = payload.get
-        if (
-            get("kind") != kind
-            or get("request_id") != stored.request_id
-            or get("round_id") != stored.round_id
-        ):
-            return False
-    return True
 
 
 def verify_chain(events: Iterable[StoredEvent], head: LogHead | None = None) -> list[ChainFinding]:

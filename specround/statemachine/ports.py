@@ -145,6 +145,25 @@ class StoredRound:
         """The seq of the round's first event (``round_ready``)."""
         return 5 * self.generation - 4
 
+    def envelopes_match(self, schema_version: int | None = None) -> bool:
+        """Whether each payload is an object naming its event's kind, the request and the round.
+
+        With ``schema_version``, each must also carry that version (replay reads only the current one as
+        it is).
+        """
+        request_id, round_id = self.request_id, self.round_id
+        if len(self.payloads) != len(ROUND_EVENT_KINDS):
+            return False
+        for payload, kind in zip(self.payloads, ROUND_EVENT_KINDS, strict=True):
+            if not isinstance(payload, dict):
+                return False
+            get = payload.get
+            if get("kind") != kind or get("request_id") != request_id or get("round_id") != round_id:
+                return False
+            if schema_version is not None and get("schema_version") != schema_version:
+                return False
+        return True
+
     def chained_hashes(self) -> list[str]:
         """The five hashes recomputed from ``prev_hash`` over ``payload_bytes``.
 

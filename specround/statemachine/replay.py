@@ -230,8 +230,7 @@ class _Fold:
             or generation != state.generation + 1
             or 5 * generation - 4 != self.expected_seq
             or stored.prev_hash != self.prev_hash
-            or len(payloads) != len(ROUND_EVENT_KINDS)
-            or not self._payloads_match(stored)
+            or not stored.envelopes_match(EVENT_SCHEMA_VERSION)
             or (self.verify_hashes and not self._round_hashes_match(stored))
         ):
             for event in stored.events():
@@ -250,22 +249,6 @@ class _Fold:
         if check is not None:
             return check(stored)
         return stored.chained_hashes()[-1] == stored.hash
-
-    def _payloads_match(self, stored: StoredRound) -> bool:
-        """Whether each payload is a current-version object of its kind, request and round."""
-        request_id, round_id = self.request_id, stored.round_id
-        for payload, kind in zip(stored.payloads, ROUND_EVENT_KINDS, strict=True):
-            if type(payload) is not dict:
-                return False
-            get = payload.get
-            if (
-                get("kind") != kind
-                or get("request_id") != request_id
-                or get("round_id") != round_id
-                or get("schema_version") != EVENT_SCHEMA_VERSION
-            ):
-                return False
-        return True
 
     # --- per round --------------------------------------------------------------------------------------
 

@@ -111,6 +111,9 @@ _DAMAGE: dict[str, Callable[[Path], None]] = {
     "intact": _unchanged,
     "edited inner event": lambda path: _edit_payload(path, index=1, rechain=False),
     "edited and rechained": lambda path: _edit_payload(path, index=2, rechain=True),
+    "an event of an unknown schema version": lambda path: _edit_payload(
+        path, index=1, rechain=True, old=b'"schema_version":1', new=b'"schema_version":99'
+    ),
     "an event names another round": lambda path: _edit_payload(
         path, index=3, rechain=True, old=b'"round_id":"', new=b'"round_id":"x'
     ),
