@@ -5,7 +5,7 @@ exists for: a payload cut short, text that is not JSON (or JSON no parser can ho
 thousands deep), an array where an object belongs, a BLOB where text belongs, a ``'x'`` in an integer
 column. :func:`decode_event_row` turns any row into a :class:`~specround.statemachine.ports.StoredEvent`;
 what was wrong with it is written to its ``defect`` field (the hash chain and replay then refuse the event
-by name), and the fields that could not be read get neutral placeholders. :func:`decode_round_row` does
+by name), and the fields that could not be read get neutral placeholders. :func:`read_round_row` does
 the same for a ``rounds`` row (its five events share the row's defect: a body that cannot be read, a BLOB
 column holding text, a generation that is not an integer). :func:`decode_head_row` raises
 :class:`~specround.errors.LogIntegrityError` naming the request and the column instead.
@@ -29,7 +29,6 @@ __all__ = [
     "SignatureRow",
     "decode_event_row",
     "decode_head_row",
-    "decode_round_row",
     "decode_signature_row",
     "read_round_row",
     "row_blob",
@@ -303,26 +302,6 @@ def _read_round_columns(
     )
 
 
-def decode_round_row(
-    row: Sequence[Any],
-    links: dict[bytes, str],
-    previous_processor: str | None,
-    fallback_generation: int = 0,
-) -> tuple[list[StoredEvent], str | None]:
-    """One ``rounds`` row (request id, generation, round id, time, commit, prev, hash, body) as five events.
-
-    ``links`` maps stored link prefixes to full hashes of the request's rows; ``previous_processor`` is the
-    previous round's ``processor_after`` (a compact body may refer to it). Returns the events (seqs
-    ``5g - 4 .. 5g``, inner links recomputed from the payloads) and this round's ``processor_after``. Never
-    raises for a row of eight values: what could not be read is the ``defect`` of all five events, whose
-    payloads are then empty (of one event only, for a ``RAW`` body's unreadable text). A generation that
-    is not an integer is taken as ``fallback_generation`` (the reader passes the previous row's plus one).
-    """
-    read, processor_after = read_round_row(row, links, previous_processor, fallback_generation, whole=False)
-    assert not isinstance(read, StoredRound)
-    return read, processor_after
-
-
 def read_round_row(
     row: Sequence[Any],
     links: dict[bytes, str],
@@ -331,10 +310,15 @@ def read_round_row(
     *,
     whole: bool = True,
 ) -> tuple[StoredRound | list[StoredEvent], str | None]:
-    """:func:`decode_round_row`; with ``whole``, a well-formed row as one :class:`StoredRound`.
+    """One ``rounds`` row (request id, generation, round id, time, commit, prev, hash, body) as five events.
 
-    A row with any defect (and without ``whole``, every row) comes back as its five events, each carrying
-    what is wrong.
+    ``links`` maps stored link prefixes to full hashes of the request's rows; ``previous_processor`` is the
+    previous round's ``processor_after`` (a compact body may refer to it). Returns the events (seqs
+    ``5g - 4 .. 5g``, inner links recomputed from the payloads) and this round's ``processor_after``; with
+    ``whole``, a well-formed row comes back as one :class:`StoredRound` instead. Never raises for a row of
+    eight values: what could not be read is the ``defect`` of all five events, whose payloads are then
+    empty (of one event only, for a ``RAW`` body's unreadable text). A generation that is not an integer is
+    taken as ``fallback_generation`` (the reader passes the previous row's plus one).
     """
     request_id, generation, round_id, at, commit, prev, last, body = row[:8]
     problems: list[str] = []
