@@ -17,7 +17,7 @@ import pytest
 
 from specround.adapters.sql import SqlEventLog
 from specround.adapters.sql.round_body import encode_raw
-from specround.audit import AuditReport, audit_log, replay_against_heads
+from specround.audit import audit_log, replay_against_heads
 from specround.errors import LogIntegrityError
 from specround.statemachine.ports import LogHead, RoundStreamingLog, StoredEvent, StoredRound
 from specround.statemachine.replay import ReplayedRequest, replay_events, replay_log
@@ -163,7 +163,6 @@ def test_replay_and_audit_judge_whole_rounds_as_their_events(log_path: Path, dam
         assert report.ok and sum(isinstance(item, StoredRound) for item in items) == 8
     else:
         assert not report.ok, damage  # every damage is found, by both readings
-        assert isinstance(report, AuditReport)
 
 
 def test_an_intact_log_is_replayed_and_audited_without_spelling_out_its_rounds(
