@@ -30,7 +30,14 @@ from specround.audit.decision_audit import DecisionAuditor, finish_all
 from specround.errors import SpecroundError
 from specround.statemachine.chain_verification import ChainCheck
 from specround.statemachine.invariants import head_agrees
-from specround.statemachine.ports import EventLog, LogHead, RoundStreamingLog, StoredEvent, StoredRound
+from specround.statemachine.ports import (
+    EventLog,
+    LogHead,
+    StoredEvent,
+    StoredRound,
+    stored_events_of,
+    stored_items,
+)
 from specround.statemachine.replay import replay_request
 
 __all__ = ["ReplayCheck", "audit_log", "audit_request", "replay_against_heads", "with_findings"]
@@ -59,14 +66,8 @@ class _StreamBrokeError(Exception):
 
 
 _Item = StoredEvent | StoredRound
-"""What a log's stream holds: events, and whole rounds where the log streams them (:func:`_items`)."""
-
-
-def _items(log: EventLog, request_id: str | None = None) -> Iterator[_Item]:
-    """The log's stored events of one request or all, with whole rounds where the log can stream them."""
-    if isinstance(log, RoundStreamingLog):
-        return iter(log.event_items(request_id))
-    return iter(log.events(request_id))
+"""What a log's stream holds: events, and whole rounds where the log streams them
+(:func:`~specround.statemachine.ports.stored_items`)."""
 
 
 class _Source:
@@ -99,7 +100,7 @@ class _Source:
         event: _Item | None = first
         try:
             while event is not None and (whole or event.request_id == request_id):
-                count += len(event.payloads) if isinstance(event, StoredRound) else 1
+                count += stored_events_of(event)
                 if judging:
                     try:
                         if isinstance(event, StoredRound):
@@ -132,7 +133,7 @@ class _Tally:
 def audit_request(log: EventLog, request_id: str) -> RequestAudit:
     """Audit one request of ``log`` (read on its own; a damaged log gives findings, never an exception)."""
     try:
-        source = _Source(_items(log, request_id))
+        source = _Source(stored_items(log, request_id))
         return _audit_events(log, request_id, source, source.pull(), [], whole=True)
     except (SpecroundError, _StreamBrokeError) as exc:
         error = exc.error if isinstance(exc, _StreamBrokeError) else exc
@@ -342,7 +343,7 @@ def audit_log(log: EventLog, request_ids: Iterable[str] | None = None) -> AuditR
     seen: set[str] = set()
     pending: list[_PendingAudit] = []
     try:
-        source = _Source(_items(log))
+        source = _Source(stored_items(log))
         event = source.pull()
         while event is not None:
             request_id = event.request_id
@@ -449,10 +450,10 @@ def replay_against_heads(log: EventLog, request_id: str | None = None) -> list[R
             head = log.head(rid)
             head_generation = head.generation if head else None
             head_digest = head.state_digest if head else None
-            items = list(_items(log, rid))
+            items = list(stored_items(log, rid))
             replayed = replay_request(items)
         except SpecroundError as exc:
-            events = sum(len(i.payloads) if isinstance(i, StoredRound) else 1 for i in items)
+            events = sum(map(stored_events_of, items))
             checks.append(ReplayCheck(rid, events, 0, None, None, head_generation, head_digest, str(exc)))
             continue
         checks.append(

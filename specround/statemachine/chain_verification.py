@@ -190,7 +190,7 @@ class ChainCheck:
         if item is self._last:
             return self._last_matches
         if isinstance(item, StoredRound):
-            return item.chained_hashes()[-1] == item.hash
+            return item.hash_matches()
         return _stored_hash_matches(item)
 
     def findings(self, head: LogHead | None = None) -> list[ChainFinding]:

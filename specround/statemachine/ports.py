@@ -41,6 +41,8 @@ __all__ = [
     "StoredRound",
     "new_stored_event",
     "round_events",
+    "stored_events_of",
+    "stored_items",
 ]
 
 
@@ -175,6 +177,10 @@ class StoredRound:
             link = hashlib.sha256(link.encode("ascii") + data).hexdigest()  # chain_hash, inlined
             out.append(link)
         return out
+
+    def hash_matches(self) -> bool:
+        """Whether the chain recomputed over the bytes reaches the stored hash (every link holds)."""
+        return self.chained_hashes()[-1] == self.hash
 
     def events(self) -> list[StoredEvent]:
         """The round's five events as a log streams them (inner hashes derived from the bytes)."""
@@ -339,3 +345,15 @@ class RoundStreamingLog(Protocol):
     def event_items(self, request_id: str | None = None) -> Iterator[StoredEvent | StoredRound]:
         """:meth:`EventLog.events`, with each well-formed stored round as one :class:`StoredRound`."""
         ...
+
+
+def stored_items(log: EventLog, request_id: str | None = None) -> Iterator[StoredEvent | StoredRound]:
+    """A log's stored events (of one request or all), with whole rounds where the log can stream them."""
+    if isinstance(log, RoundStreamingLog):
+        return iter(log.event_items(request_id))
+    return iter(log.events(request_id))
+
+
+def stored_events_of(item: StoredEvent | StoredRound) -> int:
+    """How many stored events ``item`` stands for (five for a whole round)."""
+    return len(item.payloads) if isinstance(item, StoredRound) else 1

@@ -29,7 +29,7 @@ from typing import Any
 from specround.canonical import GENESIS_HASH, canonical_bytes
 from specround.errors import LogIntegrityError, SpecroundError
 from specround.statemachine.events import EVENT_SCHEMA_VERSION, ROUND_EVENT_KINDS, RequestOpened, parse_event
-from specround.statemachine.ports import EventLog, RoundStreamingLog, StoredEvent, StoredRound
+from specround.statemachine.ports import EventLog, StoredEvent, StoredRound, stored_items
 from specround.statemachine.records import assemble, record_digest_of
 from specround.statemachine.staging import RequestSnapshot, open_snapshot, stage_kv, stage_successor
 from specround.statemachine.state import RequestConfig, RequestState, RngCounters, SpeculativeCommit
@@ -222,13 +222,12 @@ class _Fold:
         raises the finding :meth:`feed` names.
         """
         state = self.snapshot.state
-        generation = stored.generation
         payloads = stored.payloads
         if (
             self.round
             or state.finished
-            or generation != state.generation + 1
-            or 5 * generation - 4 != self.expected_seq
+            or stored.generation != state.generation + 1
+            or stored.first_seq != self.expected_seq
             or stored.prev_hash != self.prev_hash
             or not stored.envelopes_match(EVENT_SCHEMA_VERSION)
             or (self.verify_hashes and not self._round_hashes_match(stored))
@@ -246,9 +245,7 @@ class _Fold:
     def _round_hashes_match(self, stored: StoredRound) -> bool:
         """Whether every stored hash of the round matches its bytes (judged by ``hash_check`` when given)."""
         check = self.hash_check
-        if check is not None:
-            return check(stored)
-        return stored.chained_hashes()[-1] == stored.hash
+        return check(stored) if check is not None else stored.hash_matches()
 
     # --- per round --------------------------------------------------------------------------------------
 
@@ -481,9 +478,7 @@ def replay_log(
     log: EventLog, *, request_id: str | None = None, verify_hashes: bool = True
 ) -> Iterator[ReplayedRequest]:
     """Replay a whole log (or one request of it), streaming (whole rounds where the log can stream them)."""
-    if isinstance(log, RoundStreamingLog):
-        return replay_events(log.event_items(request_id), verify_hashes=verify_hashes)
-    return replay_events(log.events(request_id), verify_hashes=verify_hashes)
+    return replay_events(stored_items(log, request_id), verify_hashes=verify_hashes)
 
 
 def replay_states(log: EventLog, *, verify_hashes: bool = True) -> dict[str, RequestState]:
