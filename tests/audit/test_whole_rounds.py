@@ -19,6 +19,7 @@ from specround.adapters.sql import SqlEventLog
 from specround.adapters.sql.round_body import encode_raw
 from specround.audit import audit_log, replay_against_heads
 from specround.errors import LogIntegrityError
+from specround.statemachine.forwarding_log import ForwardingLog
 from specround.statemachine.ports import LogHead, RoundStreamingLog, StoredEvent, StoredRound
 from specround.statemachine.replay import ReplayedRequest, replay_events, replay_log
 from tests.statemachine._synthetic import run_random_steps
@@ -27,20 +28,13 @@ V = 16
 _ROUND = "request_no = (SELECT request_no FROM requests WHERE request_id = ?) AND generation = ?"
 
 
-class _EventsOnly:
-    """The log's reads without ``event_items``: replay and the audit then take its events one by one."""
+class _EventsOnly(ForwardingLog):
+    """The log without ``event_items`` (and with its heads listed): replay and the audit take its events
+    one by one."""
 
     def __init__(self, log: SqlEventLog) -> None:
+        super().__init__(log)
         self._log = log
-
-    def events(self, request_id: str | None = None) -> Iterator[StoredEvent]:
-        return self._log.events(request_id)
-
-    def request_ids(self) -> list[str]:
-        return self._log.request_ids()
-
-    def head(self, request_id: str) -> LogHead | None:
-        return self._log.head(request_id)
 
     def heads(self) -> list[LogHead]:
         return self._log.heads()
