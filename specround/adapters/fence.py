@@ -26,6 +26,7 @@ from specround.canonical import chain_hash
 from specround.errors import InvalidRequestError, RequestFinishedError
 from specround.statemachine.ports import PublishOutcome, PublishStatus, RoundPublication
 from specround.statemachine.records import record_bytes
+from specround.statemachine.round_ids import check_round_id
 
 __all__ = [
     "AppendedRound",
@@ -68,6 +69,8 @@ class PreparedRound:
     payloads: tuple[bytes, ...]
     """``canonical_bytes(event)`` of each event, in append order: what is hashed (computed with
     :func:`~specround.statemachine.records.record_bytes`, the same bytes without a ``model_dump`` pass)."""
+    derived_id: bool = False
+    """Whether the round id is the one derived from the round (:mod:`specround.statemachine.round_ids`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +111,9 @@ def prepare_round(publication: RoundPublication) -> PreparedRound:
 
     Raises :class:`InvalidRequestError` (nothing has been written) when the five events disagree with the
     envelope: another request or round id, a generation other than ``expected + 1``, or digests and
-    finished flag that differ from the staged and published events.
+    finished flag that differ from the staged and published events; or when the round id has the form
+    reserved for derived ids without being the round's own
+    (:func:`~specround.statemachine.round_ids.check_round_id`).
     """
     pub = publication
     events = pub.events()
@@ -134,7 +139,9 @@ def prepare_round(publication: RoundPublication) -> PreparedRound:
             f"publication {pub.request_id}/{pub.round_id} (expected generation {pub.expected_generation}) "
             f"is inconsistent: {'; '.join(problems)}"
         )
-    return PreparedRound(publication=pub, payloads=tuple(record_bytes(event) for event in events))
+    ready = pub.ready
+    derived = check_round_id(pub.round_id, pub.expected_generation, ready.coordinate_digest, ready.draft_ids)
+    return PreparedRound(pub, tuple(record_bytes(event) for event in events), derived)
 
 
 def plan_publish(

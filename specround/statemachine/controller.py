@@ -30,7 +30,6 @@ A controller is not thread-safe: give each thread its own (they may share a log)
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -65,6 +64,7 @@ from specround.statemachine.faults import FaultPlan
 from specround.statemachine.lifecycle import LifecycleDispatch, RoundPhase, build_lifecycle_machine
 from specround.statemachine.ports import EventLog
 from specround.statemachine.replay import replay_request
+from specround.statemachine.round_ids import check_round_id, derived_round_id
 from specround.statemachine.rounds import (
     RoundInput,
     RoundProposal,
@@ -730,7 +730,10 @@ class RoundController:
             raise InvalidRequestError(
                 f"timings of {request_id!r} must be RoundTimings or None, got {type(extra.timings).__name__}"
             )
-        round_id = round_id or _derived_round_id(state.generation, offered, draft_ids)
+        if round_id is None:
+            round_id = derived_round_id(state.generation, offered, draft_ids)
+        else:
+            check_round_id(round_id, state.generation, offered, draft_ids)
         live.in_flight = True
         return RoundWork(  # positional, in field order (a dataclass built by keyword costs more)
             index,  # index
@@ -784,9 +787,3 @@ def _integer(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{value!r} is not an integer")
     return value
-
-
-def _derived_round_id(generation: int, coordinate: str, draft_ids: tuple[int, ...]) -> str:
-    """``g<published generation>-<16 hex>``: the same coordinate and drafts name the same round."""
-    text = f"{coordinate}|{','.join(map(str, draft_ids))}"  # one buffer: the bytes the digest always hashed
-    return f"g{generation + 1}-{hashlib.sha256(text.encode('ascii')).hexdigest()[:16]}"

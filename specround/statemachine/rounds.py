@@ -49,7 +49,9 @@ class RoundProposal:
     """PROPOSAL uniforms the proposer consumed (counters ``R.proposal + [0, proposal_draws)``)."""
     round_id: str | None = None
     """Caller-chosen round id; by default derived from the coordinate digest and the drafts, so that
-    re-submitting the same round (a retry) names the same transaction."""
+    re-submitting the same round (a retry) names the same transaction. Ids of the derived form
+    (``g<generation>-<16 hex>``, :mod:`specround.statemachine.round_ids`) are reserved: one that is not
+    this round's derived id is refused."""
     timings: RoundTimings | None = None
     """Optional wall-time ledger of the round (contract#time-ledger), logged with the publication."""
 
