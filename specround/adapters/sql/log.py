@@ -69,7 +69,7 @@ from specround.adapters.sql.engine import (
 )
 from specround.adapters.sql.migrate import SchemaStatus, ensure_schema, schema_status
 from specround.adapters.sql.probe import SqliteFileKind, probe_sqlite_file
-from specround.adapters.sql.round_body import encode_round
+from specround.adapters.sql.round_body import RAW, decode_round, encode_round
 from specround.adapters.sql.rows import (
     SignatureRow,
     decode_event_row,
@@ -90,6 +90,7 @@ from specround.errors import (
 from specround.signing import LogSigner, checkpoint_message, head_message
 from specround.statemachine.events import RequestOpened
 from specround.statemachine.ports import LogHead, PublishOutcome, RoundPublication, StoredEvent, StoredRound
+from specround.statemachine.round_ids import derived_generation
 
 __all__ = ["DEFAULT_CHECKPOINT_EVERY", "PUBLISH_ATTEMPTS", "STREAM_BATCH", "SqlEventLog"]
 
@@ -274,9 +275,16 @@ class _Statements:
         return (list(request_ids),) if self.columnar else request_ids
 
     def rounds(self, count: int) -> str:
-        pair = f"(request_no = {self.mark} AND round_id = {self.mark})"
-        return "SELECT request_no, round_id, generation, commit_digest FROM rounds WHERE " + " OR ".join(
-            [pair] * count
+        """The rounds published under ``count`` (request, round id) pairs, given by :func:`_round_keys`.
+
+        A derived id is stored as ``''`` at the generation it names (or, in rows written before that,
+        as itself), so each pair also matches the row of that generation whose id is stored empty.
+        """
+        mark = self.mark
+        pair = f"(request_no = {mark} AND (round_id = {mark} OR (round_id = '' AND generation = {mark})))"
+        return (
+            "SELECT request_no, round_id, generation, commit_digest, body FROM rounds WHERE "
+            + " OR ".join([pair] * count)
         )
 
 
@@ -517,7 +525,7 @@ class SqlEventLog:
                         (
                             numbers[pub.request_id],
                             appended.generation,
-                            pub.round_id,
+                            _stored_round_id(appended.prepared, body),
                             now,
                             item.commit,
                             bytes.fromhex(appended.prev_hash)[:PREV_LINK_BYTES],
@@ -821,9 +829,12 @@ class SqlEventLog:
         pairs = [pair for pair in pairs if pair[0] in numbers]  # unknown requests: plan_publish refuses
         for start in range(0, len(pairs), _PAIR_CHUNK):
             chunk = pairs[start : start + _PAIR_CHUNK]
-            flat = tuple(value for request_id, round_id in chunk for value in (numbers[request_id], round_id))
+            flat = tuple(value for pair in chunk for value in _round_keys(pair, numbers))
             for row in cursor.run(self._sql.rounds(len(chunk)), flat).fetchall():
-                known[(ids[int(row[0])], row[1])] = PublishedRound(int(row[2]), bytes(row[3]).hex())
+                request_id, generation, commit = ids[int(row[0])], int(row[2]), bytes(row[3]).hex()
+                round_id = row[1] or _derived_id_of(request_id, generation, commit, bytes(row[4]))
+                if round_id is not None:
+                    known[(request_id, round_id)] = PublishedRound(generation, commit)
         return known
 
     def _stream(
@@ -846,6 +857,29 @@ class SqlEventLog:
                 finally:
                     events.close()
                     rounds.close()
+
+
+def _stored_round_id(prepared: PreparedRound, body: bytes) -> str:
+    """What a round's ``round_id`` column holds: ``''`` for a derived id the body's decoder rebuilds."""
+    return "" if prepared.derived_id and body[0] != RAW else prepared.publication.round_id
+
+
+def _round_keys(pair: tuple[str, str], numbers: dict[str, int]) -> tuple[int, str, int]:
+    """The parameters of one pair of :meth:`_Statements.rounds`: request number, round id, generation.
+
+    The generation is the one a derived id names (-1, which no row has, for any other id).
+    """
+    request_id, round_id = pair
+    generation = derived_generation(round_id)
+    return numbers[request_id], round_id, -1 if generation is None else generation
+
+
+def _derived_id_of(request_id: str, generation: int, commit: str, body: bytes) -> str | None:
+    """The derived id of a stored round whose id is stored empty (None when its body cannot be read)."""
+    try:  # only round_ready's values are needed: a reference to another round's digest gets a stand-in
+        return str(decode_round(body, request_id, "", generation, commit, "0" * 64)[0]["round_id"])
+    except (LogIntegrityError, KeyError, IndexError):
+        return None
 
 
 def _behind(prepared: Sequence[PreparedRound], heads: dict[str, Head]) -> list[tuple[str, str]]:

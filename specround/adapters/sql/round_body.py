@@ -20,7 +20,9 @@ Layout (little-endian). Byte 0 is the form:
     ``p_draft``, ``terminal_p`` and ``terminal_q``; then the uniforms, the draw brackets and the timings) and
     the raw 32-byte values of the digests, each in event order. ``processor_before`` is left out when it
     equals the previous round's ``processor_after`` (flagged; the reader passes that digest in). The event
-    kinds, the request and round ids, the schema version and the commit digest are implied by the row.
+    kinds, the request and round ids, the schema version and the commit digest are implied by the row (a
+    round id the row stores as ``''`` is the round's derived id, rebuilt from its coordinate digest and
+    drafts: :func:`decode_round`).
 ``RAW`` (2)
     the five canonical JSON texts, each preceded by its ``uint32`` length (for events whose shape the
     compact form does not cover, e.g. an older schema version or a value outside its types).
@@ -52,6 +54,7 @@ from itertools import compress
 from typing import Any
 
 from specround.errors import LogIntegrityError
+from specround.statemachine.round_ids import derived_round_id
 
 __all__ = [
     "COMPACT",
@@ -555,16 +558,32 @@ def decode_round(
     """The five events of a round as canonical JSON objects (what ``load(canonical_bytes(event))`` gives).
 
     ``previous_processor`` is the previous round's ``processor_after`` (needed when the body refers to
-    it). Raises :class:`~specround.errors.LogIntegrityError` for a body that cannot be read.
+    it). An empty ``round_id`` stands for the round's derived id
+    (:func:`~specround.statemachine.round_ids.derived_round_id`), which a compact body's events then carry;
+    a ``RAW`` body's texts carry their own. Raises :class:`~specround.errors.LogIntegrityError` for a body
+    that cannot be read.
     """
     try:
         form = body[0]
         if form == COMPACT2:
-            return _decode_compact2(body, request_id, round_id, generation, commit_digest, previous_processor)
-        if form == COMPACT:
-            return _decode_compact(body, request_id, round_id, generation, commit_digest, previous_processor)
-        if form == RAW:
+            events = _decode_compact2(
+                body, request_id, round_id, generation, commit_digest, previous_processor
+            )
+        elif form == COMPACT:
+            events = _decode_compact(
+                body, request_id, round_id, generation, commit_digest, previous_processor
+            )
+        elif form == RAW:
             return _decode_raw(body)
+        else:
+            events = None
+        if events is not None:
+            if not round_id:  # a derived id, stored as "": rebuilt from the round's coordinate and drafts
+                ready = events[0]
+                derived = derived_round_id(generation - 1, ready["coordinate_digest"], ready["draft_ids"])
+                for event in events:
+                    event["round_id"] = derived
+            return events
     except (IndexError, ValueError, TypeError, KeyError, struct.error) as exc:
         raise LogIntegrityError(
             f"request {request_id!r} round {round_id!r}: unreadable stored round ({exc})"

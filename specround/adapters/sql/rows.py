@@ -24,6 +24,7 @@ from specround.errors import LogIntegrityError
 from specround.signing import SignatureRow
 from specround.statemachine.events import ROUND_EVENT_KINDS
 from specround.statemachine.ports import LogHead, StoredEvent, StoredRound, round_events
+from specround.statemachine.round_ids import derived_round_id
 
 __all__ = [
     "SignatureRow",
@@ -222,11 +223,13 @@ _UNRESOLVED = "-" * (64 - 2 * PREV_LINK_BYTES)
 
 def _round_payloads(
     body: bytes, request_id: str, round_id: str, generation: int, commit: str, previous: str | None
-) -> tuple[list[dict[str, Any]], list[bytes], list[str | None]]:
-    """The five payloads of a body, their canonical bytes and what is wrong with each (None: nothing).
+) -> tuple[list[dict[str, Any]], list[bytes], list[str | None], str]:
+    """The five payloads of a body, their canonical bytes, what is wrong with each and the round id.
 
-    A ``RAW`` body keeps each event's stored text, so each is read (and named) on its own; a body that
-    cannot be split into five events raises ValueError.
+    A defect of None means nothing is wrong. An empty ``round_id`` stands for the round's derived id: the
+    compact decoder rebuilds it, and for a ``RAW`` body it is derived from the stored ``round_ready`` text
+    (still ``''`` when that text cannot name it). A ``RAW`` body keeps each event's stored text, so each is
+    read (and named) on its own; a body that cannot be split into five events raises ValueError.
     """
     count = len(ROUND_EVENT_KINDS)
     try:
@@ -235,7 +238,8 @@ def _round_payloads(
             payloads = decode_round(body, request_id, round_id, generation, commit, previous)
             if len(payloads) != count or not all(type(p) is dict or isinstance(p, dict) for p in payloads):
                 raise ValueError("the stored round does not hold five JSON objects")
-            return payloads, list(map(dumps_trusted, payloads)), _NO_DEFECTS
+            texts = list(map(dumps_trusted, payloads))
+            return payloads, texts, _NO_DEFECTS, round_id or payloads[0]["round_id"]
     except LogIntegrityError as exc:
         raise ValueError(str(exc).split(": ", 1)[-1]) from None
     except ValueError:
@@ -254,7 +258,20 @@ def _round_payloads(
             why = None if isinstance(decoded, dict) else f"the payload is a JSON {type(decoded).__name__}"
         objects.append(decoded if isinstance(decoded, dict) else {})
         defects.append(why)
-    return objects, list(raw), defects
+    return objects, list(raw), defects, round_id or _derived_id(objects[0], generation)
+
+
+def _derived_id(ready: dict[str, Any], generation: int) -> str:
+    """The derived id of the round whose ``round_ready`` payload is ``ready`` ('' if it cannot name one)."""
+    coordinate, drafts = ready.get("coordinate_digest"), ready.get("draft_ids")
+    if (
+        type(coordinate) is str
+        and coordinate.isascii()
+        and type(drafts) is list
+        and all(type(token) is int for token in drafts)
+    ):
+        return derived_round_id(generation - 1, coordinate, drafts)
+    return ""
 
 
 _EMPTY_PAYLOADS: list[dict[str, Any]] = []
@@ -357,7 +374,7 @@ def read_round_row(
     readable = False
     if not problems or not any(p.startswith(("body ", "commit_digest ", "round_id ")) for p in problems):
         try:
-            payloads, data, defects = _round_payloads(
+            payloads, data, defects, round_id_ = _round_payloads(
                 body_, rid, round_id_, generation_, commit_.hex(), previous_processor
             )
         except ValueError as exc:

@@ -18,9 +18,11 @@ metadata is what the log queries against, and a test checks that it matches what
     round extends, its first :data:`PREV_LINK_BYTES` bytes) and ``hash`` (the link of its ``round_published``
     event, 32 raw bytes), and the
     events' values in ``body`` (:mod:`specround.adapters.sql.round_body`). The links between the five
-    events are recomputed from the rebuilt canonical bytes on reading. Its primary key (request,
-    generation) and unique key (request, round id) are the database half of the fence (INV-6): no two
-    transactions can publish the same generation of a request, and a round id is published at most once.
+    events are recomputed from the rebuilt canonical bytes on reading. A round id the controller derived
+    (:mod:`specround.statemachine.round_ids`) is stored as ``''`` and rebuilt from the body (migration
+    0005). Its primary key (request, generation) and unique index (request, round id, over the ids stored
+    in full) are the database half of the fence (INV-6): no two transactions can publish the same
+    generation of a request, and a round id is published at most once (a derived id names its generation).
 ``signatures``
     Signed heads and checkpoints (only a log opened with a key writes them; :mod:`specround.signing`): the
     signed canonical message, the signature, its scheme and key id.
@@ -45,7 +47,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    UniqueConstraint,
+    text,
 )
 from sqlalchemy.types import TypeEngine
 
@@ -129,7 +131,14 @@ rounds = Table(
     Column("hash", LargeBinary, nullable=False),
     Column("body", LargeBinary, nullable=False),
     PrimaryKeyConstraint("request_no", "generation", name="pk_rounds"),
-    UniqueConstraint("request_no", "round_id", name="uq_rounds_round"),
+    Index(
+        "uq_rounds_round",
+        "request_no",
+        "round_id",
+        unique=True,
+        sqlite_where=text("round_id <> ''"),
+        postgresql_where=text("round_id <> ''"),
+    ),
 )
 """One row per published round: its five events, and the fence's unique keys."""
 

@@ -10,11 +10,13 @@ and audit.
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from alembic import command
 from sqlalchemy import text
 from typer.testing import CliRunner
@@ -27,6 +29,9 @@ from specround.audit.run import replay_against_heads
 from specround.cli import app
 from specround.errors import LogIntegrityError
 from specround.signing import HmacSigner, checkpoint_message, head_message
+from specround.statemachine.controller import RoundController
+from specround.statemachine.round_ids import derived_generation
+from specround.statemachine.rounds import RoundInput
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOGS = ("v0001_generate", "v0001_controller")
@@ -199,8 +204,48 @@ def test_a_signed_0002_log_upgrades_with_its_signatures_still_valid(sqlite_path:
             ],
         )
     connection.close()
-    assert upgrade_database(sqlite_path).current == head_revision() == "0004"
+    assert upgrade_database(sqlite_path).current == head_revision() == "0005"
     with SqlEventLog.open(sqlite_path, create=False) as log:
         assert audit_log(log).ok
         assert audit_signatures(log, signer) == []
         assert len(log.signature_rows()) == len(heads) + 1
+
+
+def test_a_0004_log_upgrades_unchanged_and_goes_on_with_derived_ids_stored_empty(tmp_path: Path) -> None:
+    """A log written at revision 0004 (every round id in full) upgrades to 0005 and takes new rounds."""
+    path = tmp_path / "v0004.sqlite"
+    shutil.copyfile(FIXTURES / "v0004_controller.sqlite", path)
+    assert database_status(str(path)).current == "0004"
+    assert upgrade_database(str(path)).current == head_revision()
+    expected = json.loads((FIXTURES / "v0004_controller.events.json").read_text())
+    with SqlEventLog.open(str(path), create=False) as log:
+        read = [[e.request_id, e.seq, e.kind, e.round_id, e.generation, e.hash] for e in log.events()]
+        assert read == expected
+        assert audit_log(log).ok
+        controller = RoundController(log)
+        assert not controller.state("synth-2").finished  # the fixture's request still open at generation 12
+        gen = torch.Generator().manual_seed(11)
+        p = torch.softmax(torch.randn(5, 64, generator=gen, dtype=torch.float64), -1)
+        q = torch.softmax(torch.randn(4, 64, generator=gen, dtype=torch.float64), -1)
+        drafts = torch.multinomial(q, 1, generator=gen).reshape(4)
+        coordinate = controller.coordinate_digest("synth-2")
+        (result,) = controller.step([RoundInput("synth-2", coordinate, drafts, q, p)])
+        result.raise_for_error()
+        with log.engine.connect() as connection:
+            stored = connection.execute(
+                text(
+                    "SELECT r.generation, r.round_id FROM rounds r JOIN requests q USING (request_no) "
+                    "WHERE q.request_id = 'synth-2' ORDER BY r.generation"
+                )
+            ).all()
+        assert [g for g, _ in stored] == list(range(1, 14))
+        assert all(round_id for _, round_id in stored[:12]) and stored[12][1] == ""  # the new round's id
+        (new_id,) = {e.round_id for e in log.events("synth-2") if e.generation == 13}
+        assert derived_generation(new_id) == 13 and new_id == result.round_id
+        report = audit_log(log)
+        assert report.ok and sum(r.rounds for r in report.requests) == 31 + 1
+    runner = CliRunner()
+    result = runner.invoke(app, ["log", str(path), "--json", "--request", "synth-0", "--request", "synth-1"])
+    assert result.exit_code == 0, result.output
+    old = (FIXTURES / "v0001_controller.log.jsonl").read_text().splitlines(True)
+    assert result.output == "".join(line for line in old if '"synth-2"' not in line)
