@@ -21,6 +21,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from specround.statemachine.events import (
+    EVENT_SCHEMA_VERSION,
     ROUND_EVENT_KINDS,
     RequestOpened,
     RoundDecided,
@@ -141,6 +142,10 @@ class StoredRound:
     """The five canonical JSON objects, in :data:`~specround.statemachine.events.ROUND_EVENT_KINDS` order."""
     payload_bytes: tuple[bytes, ...]
     """Their canonical bytes, as hashed."""
+    envelopes_built: bool = dataclasses.field(default=False, compare=False)
+    """True when the reader built each payload's envelope itself (its kind, this request and round id and
+    the current schema version, as a compact stored body is decoded), so that they match by construction;
+    :meth:`envelopes_match` then checks nothing."""
 
     @property
     def first_seq(self) -> int:
@@ -153,6 +158,8 @@ class StoredRound:
         With ``schema_version``, each must also carry that version (replay reads only the current one as
         it is).
         """
+        if self.envelopes_built:
+            return schema_version is None or schema_version == EVENT_SCHEMA_VERSION
         request_id, round_id = self.request_id, self.round_id
         if len(self.payloads) != len(ROUND_EVENT_KINDS):
             return False

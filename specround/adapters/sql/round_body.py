@@ -54,6 +54,7 @@ from itertools import compress
 from typing import Any
 
 from specround.errors import LogIntegrityError
+from specround.statemachine.events import EVENT_SCHEMA_VERSION, ROUND_EVENT_KINDS
 from specround.statemachine.round_ids import derived_round_id
 
 __all__ = [
@@ -137,8 +138,10 @@ _KEYS = {
     ),
     "round_published": frozenset((*_ENVELOPE, "generation", "commit_digest", "timings")),
 }
-_KINDS = ("round_ready", "round_verified", "round_decided", "round_staged", "round_published")
-_SCHEMA_VERSION = 1
+_KINDS = ROUND_EVENT_KINDS
+"""The five events of a round, in order (each decoded event's ``kind``)."""
+_SCHEMA_VERSION = EVENT_SCHEMA_VERSION
+"""The only schema version a compact body holds (each decoded event's ``schema_version``)."""
 SMALL_FIELDS = 30
 """Entries of the small-integer array of a ``COMPACT`` body."""
 _SEQUENCE_TYPES = {list, tuple}

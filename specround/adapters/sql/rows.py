@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from specround.adapters.sql.round_body import decode_round, raw_payloads
+from specround.adapters.sql.round_body import COMPACT, COMPACT2, decode_round, raw_payloads
 from specround.adapters.sql.tables import PREV_LINK_BYTES
 from specround.canonical import dumps_trusted, load
 from specround.errors import LogIntegrityError
@@ -274,6 +274,8 @@ def _derived_id(ready: dict[str, Any], generation: int) -> str:
     return ""
 
 
+_BUILT_FORMS = (COMPACT, COMPACT2)
+"""Body forms whose events' envelopes the decoder builds from the row (they match it by construction)."""
 _EMPTY_PAYLOADS: list[dict[str, Any]] = []
 _EMPTY_DATA: list[bytes] = [b""] * len(ROUND_EVENT_KINDS)
 _NO_DEFECTS: list[str | None] = [None] * len(ROUND_EVENT_KINDS)
@@ -390,7 +392,15 @@ def read_round_row(
                 rid, round_id_, generation_, at_, link, final_.hex(), payloads, data
             ), processor
         stored = StoredRound(
-            rid, round_id_, generation_, at_, link, final_.hex(), tuple(payloads), tuple(data)
+            rid,
+            round_id_,
+            generation_,
+            at_,
+            link,
+            final_.hex(),
+            tuple(payloads),
+            tuple(data),
+            body_[0] in _BUILT_FORMS,  # a compact body's envelopes are the decoder's own
         )
         return stored, processor
     if payloads is _EMPTY_PAYLOADS:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import pytest
@@ -12,11 +13,20 @@ from sqlalchemy import text
 from specround.adapters.memory_log import MemoryEventLog
 from specround.adapters.sql import SqlEventLog
 from specround.adapters.sql.migrate import alembic_config
+from specround.adapters.sql.round_body import encode_raw
 from specround.audit import audit_log
 from specround.errors import InvalidRequestError
 from specround.statemachine.controller import RoundController
+from specround.statemachine.events import EVENT_SCHEMA_VERSION
 from specround.statemachine.forwarding_log import ForwardingLog
-from specround.statemachine.ports import EventLog, PublishOutcome, PublishStatus, RoundPublication
+from specround.statemachine.ports import (
+    EventLog,
+    PublishOutcome,
+    PublishStatus,
+    RoundPublication,
+    StoredRound,
+    stored_items,
+)
 from specround.statemachine.round_ids import check_round_id, derived_generation, derived_round_id
 from specround.statemachine.rounds import RoundInput
 from tests.adapters.eventlog_contract import opened
@@ -158,3 +168,24 @@ def test_downgrade_to_0004_writes_the_derived_ids_back(log_url: str) -> None:
             command.downgrade(alembic_config(connection), "0004")
         assert [r for _, r in _stored_ids(log)] == ids
         assert list(log.events()) == before
+
+
+def test_a_compact_rows_envelopes_are_built_by_the_reader_and_a_raw_rows_checked(sqlite_path: str) -> None:
+    with SqlEventLog.open(sqlite_path) as log:
+        _round(log, 0.5)
+        second = _round(log, 0.5)
+        texts = [e.payload_bytes for e in log.events(REQUEST) if e.generation == 2]
+        assert all(data is not None for data in texts)
+        with log.engine.begin() as connection:  # the second round rewritten in the RAW form, its id kept ''
+            connection.execute(
+                text("UPDATE rounds SET body = :body WHERE generation = 2"),
+                {"body": encode_raw([data for data in texts if data is not None])},
+            )
+        assert _stored_ids(log) == [(1, ""), (2, "")]
+        compact, raw = [item for item in stored_items(log, REQUEST) if isinstance(item, StoredRound)]
+        assert compact.envelopes_built and not raw.envelopes_built
+        assert raw.round_id == second.round_id  # derived from the RAW round_ready text
+        for stored in (compact, raw):  # the full check agrees with what the reader built
+            assert dataclasses.replace(stored, envelopes_built=False).envelopes_match(EVENT_SCHEMA_VERSION)
+            assert stored.envelopes_match(EVENT_SCHEMA_VERSION) and not stored.envelopes_match(2)
+        assert audit_log(log).ok
