@@ -69,12 +69,13 @@ from specround.adapters.sql.engine import (
 )
 from specround.adapters.sql.migrate import SchemaStatus, ensure_schema, schema_status
 from specround.adapters.sql.probe import SqliteFileKind, probe_sqlite_file
-from specround.adapters.sql.round_body import RAW, decode_round, encode_round
+from specround.adapters.sql.round_body import RAW, encode_round
 from specround.adapters.sql.rows import (
     SignatureRow,
     decode_event_row,
     decode_head_row,
     decode_signature_row,
+    derived_id_of_body,
     read_round_row,
     row_blob,
     row_id,
@@ -832,8 +833,8 @@ class SqlEventLog:
             flat = tuple(value for pair in chunk for value in _round_keys(pair, numbers))
             for row in cursor.run(self._sql.rounds(len(chunk)), flat).fetchall():
                 request_id, generation, commit = ids[int(row[0])], int(row[2]), bytes(row[3]).hex()
-                round_id = row[1] or _derived_id_of(request_id, generation, commit, bytes(row[4]))
-                if round_id is not None:
+                round_id = row[1] or derived_id_of_body(bytes(row[4]), request_id, generation, commit)
+                if round_id:
                     known[(request_id, round_id)] = PublishedRound(generation, commit)
         return known
 
@@ -872,14 +873,6 @@ def _round_keys(pair: tuple[str, str], numbers: dict[str, int]) -> tuple[int, st
     request_id, round_id = pair
     generation = derived_generation(round_id)
     return numbers[request_id], round_id, -1 if generation is None else generation
-
-
-def _derived_id_of(request_id: str, generation: int, commit: str, body: bytes) -> str | None:
-    """The derived id of a stored round whose id is stored empty (None when its body cannot be read)."""
-    try:  # only round_ready's values are needed: a reference to another round's digest gets a stand-in
-        return str(decode_round(body, request_id, "", generation, commit, "0" * 64)[0]["round_id"])
-    except (LogIntegrityError, KeyError, IndexError):
-        return None
 
 
 def _behind(prepared: Sequence[PreparedRound], heads: dict[str, Head]) -> list[tuple[str, str]]:

@@ -31,6 +31,7 @@ __all__ = [
     "decode_event_row",
     "decode_head_row",
     "decode_signature_row",
+    "derived_id_of_body",
     "read_round_row",
     "row_blob",
     "row_id",
@@ -259,6 +260,21 @@ def _round_payloads(
         objects.append(decoded if isinstance(decoded, dict) else {})
         defects.append(why)
     return objects, list(raw), defects, round_id or _derived_id(objects[0], generation)
+
+
+def derived_id_of_body(body: bytes, request_id: str, generation: int, commit: str) -> str:
+    """The derived id of a stored round whose ``round_id`` column is ``''`` (``''`` if it cannot be read).
+
+    Only the round's ``round_ready`` values are read: a reference to the previous round's processor
+    digest gets a stand-in.
+    """
+    try:
+        return _round_payloads(body, request_id, "", generation, commit, _STAND_IN_DIGEST)[3]
+    except ValueError:
+        return ""
+
+
+_STAND_IN_DIGEST = "0" * 64
 
 
 def _derived_id(ready: dict[str, Any], generation: int) -> str:

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from specround.adapters.sql.round_body import decode_round
+from specround.adapters.sql.rows import derived_id_of_body
+from specround.errors import LogIntegrityError
 
 revision: str = "0005"
 down_revision: str | None = "0004"
@@ -34,8 +35,6 @@ depends_on: str | Sequence[str] | None = None
 
 _INDEX = "uq_rounds_round"
 _CALLER_IDS = "round_id <> ''"
-_PLACEHOLDER_DIGEST = "0" * 64
-"""Stands in for the previous round's processor digest: only ``round_ready``'s values are read."""
 
 
 def upgrade() -> None:
@@ -63,12 +62,15 @@ def downgrade() -> None:
         )
     ).all()
     for number, generation, commit, body, request_id in empty:
-        events = decode_round(
-            bytes(body), str(request_id), "", int(generation), bytes(commit).hex(), _PLACEHOLDER_DIGEST
-        )
+        round_id = derived_id_of_body(bytes(body), str(request_id), int(generation), bytes(commit).hex())
+        if not round_id:
+            raise LogIntegrityError(
+                f"cannot downgrade: the round at generation {generation} of request {request_id!r} has an "
+                "empty id and a body that does not name its derived one; audit the log"
+            )
         connection.execute(
             sa.text("UPDATE rounds SET round_id = :id WHERE request_no = :no AND generation = :g"),
-            {"id": events[0]["round_id"], "no": number, "g": generation},
+            {"id": round_id, "no": number, "g": generation},
         )
     op.drop_index(_INDEX, "rounds")
     if connection.dialect.name == "sqlite":
