@@ -279,10 +279,15 @@ class _Statements:
         """The rounds published under ``count`` (request, round id) pairs, given by :func:`_round_keys`.
 
         A derived id is stored as ``''`` at the generation it names (or, in rows written before that,
-        as itself), so each pair also matches the row of that generation whose id is stored empty.
+        as itself), so each pair also matches the row of that generation whose id is stored empty. The
+        ``round_id <> ''`` term lets the planner use the partial unique index for the first alternative
+        (and the primary key for the second) instead of scanning every round of the request.
         """
         mark = self.mark
-        pair = f"(request_no = {mark} AND (round_id = {mark} OR (round_id = '' AND generation = {mark})))"
+        pair = (
+            f"(request_no = {mark} AND ((round_id = {mark} AND round_id <> '') "
+            f"OR (round_id = '' AND generation = {mark})))"
+        )
         return (
             "SELECT request_no, round_id, generation, commit_digest, body FROM rounds WHERE "
             + " OR ".join([pair] * count)

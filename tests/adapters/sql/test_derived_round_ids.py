@@ -189,3 +189,18 @@ def test_a_compact_rows_envelopes_are_built_by_the_reader_and_a_raw_rows_checked
             assert dataclasses.replace(stored, envelopes_built=False).envelopes_match(EVENT_SCHEMA_VERSION)
             assert stored.envelopes_match(EVENT_SCHEMA_VERSION) and not stored.envelopes_match(2)
         assert audit_log(log).ok
+
+
+def test_the_fences_lookup_reads_two_index_entries_not_the_requests_rounds(sqlite_path: str) -> None:
+    """Looking up a (request, round id) pair uses the partial unique index and the primary key."""
+    from specround.adapters.sql.log import _Statements
+
+    with SqlEventLog.open(sqlite_path) as log, log.engine.connect() as connection:
+        raw = connection.connection.dbapi_connection
+        assert raw is not None
+        lookup = _Statements("qmark", False).rounds(1)
+        plan = raw.execute("EXPLAIN QUERY PLAN " + lookup, (1, "x", 3)).fetchall()
+        details = [str(row[-1]) for row in plan]
+        assert any("MULTI-INDEX OR" in d for d in details), details
+        assert any("uq_rounds_round (request_no=? AND round_id=?)" in d for d in details), details
+        assert any("(request_no=? AND generation=?)" in d for d in details), details
