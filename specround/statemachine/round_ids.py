@@ -28,7 +28,10 @@ _RESERVED = re.compile(r"g([1-9][0-9]*)-[0-9a-f]{16}")
 def derived_round_id(generation: int, coordinate_digest: str, draft_ids: Sequence[int]) -> str:
     """The id of a round that starts at ``generation`` (it publishes ``generation + 1``) with these drafts."""
     text = f"{coordinate_digest}|{','.join(map(str, draft_ids))}"  # one buffer: the bytes always hashed
-    return f"g{generation + 1}-{hashlib.sha256(text.encode('ascii')).hexdigest()[:16]}"
+    # A hex digest is ASCII, whose UTF-8 bytes are its ASCII bytes; any other text still hashes (to an id
+    # that names no round the log holds) instead of raising.
+    data = text.encode("utf-8", "surrogatepass")
+    return f"g{generation + 1}-{hashlib.sha256(data).hexdigest()[:16]}"
 
 
 def derived_generation(round_id: str) -> int | None:

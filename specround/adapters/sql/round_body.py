@@ -568,19 +568,11 @@ def decode_round(
     """
     try:
         form = body[0]
-        if form == COMPACT2:
-            events = _decode_compact2(
-                body, request_id, round_id, generation, commit_digest, previous_processor
-            )
-        elif form == COMPACT:
-            events = _decode_compact(
-                body, request_id, round_id, generation, commit_digest, previous_processor
-            )
-        elif form == RAW:
+        if form == RAW:
             return _decode_raw(body)
-        else:
-            events = None
-        if events is not None:
+        if form in (COMPACT2, COMPACT):
+            decode = _decode_compact2 if form == COMPACT2 else _decode_compact
+            events = decode(body, request_id, round_id, generation, commit_digest, previous_processor)
             if not round_id:  # a derived id, stored as "": rebuilt from the round's coordinate and drafts
                 ready = events[0]
                 derived = derived_round_id(generation - 1, ready["coordinate_digest"], ready["draft_ids"])

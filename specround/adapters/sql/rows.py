@@ -280,12 +280,7 @@ _STAND_IN_DIGEST = "0" * 64
 def _derived_id(ready: dict[str, Any], generation: int) -> str:
     """The derived id of the round whose ``round_ready`` payload is ``ready`` ('' if it cannot name one)."""
     coordinate, drafts = ready.get("coordinate_digest"), ready.get("draft_ids")
-    if (
-        type(coordinate) is str
-        and coordinate.isascii()
-        and type(drafts) is list
-        and all(type(token) is int for token in drafts)
-    ):
+    if type(coordinate) is str and type(drafts) is list and all(type(token) is int for token in drafts):
         return derived_round_id(generation - 1, coordinate, drafts)
     return ""
 

@@ -35,6 +35,8 @@ depends_on: str | Sequence[str] | None = None
 
 _INDEX = "uq_rounds_round"
 _CALLER_IDS = "round_id <> ''"
+_BATCH = 500
+"""Rows whose id the downgrade writes back per read."""
 
 
 def upgrade() -> None:
@@ -55,23 +57,23 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     connection = op.get_bind()
-    empty = connection.execute(
-        sa.text(
-            "SELECT r.request_no, r.generation, r.commit_digest, r.body, q.request_id FROM rounds r "
-            "LEFT JOIN requests q ON q.request_no = r.request_no WHERE r.round_id = ''"
-        )
-    ).all()
-    for number, generation, commit, body, request_id in empty:
-        round_id = derived_id_of_body(bytes(body), str(request_id), int(generation), bytes(commit).hex())
-        if not round_id:
-            raise LogIntegrityError(
-                f"cannot downgrade: the round at generation {generation} of request {request_id!r} has an "
-                "empty id and a body that does not name its derived one; audit the log"
+    select = sa.text(
+        "SELECT r.request_no, r.generation, r.commit_digest, r.body, q.request_id FROM rounds r "
+        f"LEFT JOIN requests q ON q.request_no = r.request_no WHERE r.round_id = '' LIMIT {_BATCH}"
+    )
+    # A batch at a time (bounded memory): each batch's rows leave the selection as they are written back.
+    while empty := connection.execute(select).all():
+        for number, generation, commit, body, request_id in empty:
+            round_id = derived_id_of_body(bytes(body), str(request_id), int(generation), bytes(commit).hex())
+            if not round_id:
+                raise LogIntegrityError(
+                    f"cannot downgrade: the round at generation {generation} of request {request_id!r} has "
+                    "an empty id and a body that does not name its derived one; audit the log"
+                )
+            connection.execute(
+                sa.text("UPDATE rounds SET round_id = :id WHERE request_no = :no AND generation = :g"),
+                {"id": round_id, "no": number, "g": generation},
             )
-        connection.execute(
-            sa.text("UPDATE rounds SET round_id = :id WHERE request_no = :no AND generation = :g"),
-            {"id": round_id, "no": number, "g": generation},
-        )
     op.drop_index(_INDEX, "rounds")
     if connection.dialect.name == "sqlite":
         with op.batch_alter_table("rounds") as batch:

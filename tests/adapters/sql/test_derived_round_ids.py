@@ -85,6 +85,8 @@ def test_the_derived_id_names_its_generation_and_the_reserved_form_is_checked() 
     assert check_round_id("round-7", 6, "ab" * 32, (3, 4)) is False
     with pytest.raises(InvalidRequestError, match="reserved for derived round ids"):
         check_round_id(derived, 6, "ab" * 32, (3, 5))  # another round's derived id
+    with pytest.raises(InvalidRequestError, match="reserved for derived round ids"):
+        check_round_id(derived, 6, "é\udc80" * 32, (3, 4))  # text no digest holds: named, not a crash
 
 
 def test_a_derived_id_is_stored_empty_and_read_back_whole(log_url: str) -> None:
