@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -141,7 +142,7 @@ def build_engine(
                 )
             else:
                 engine = create_engine(location.url, connect_args={"timeout": busy_timeout_s})
-            _install_sqlite_hooks(engine, read_only=read_only)
+            _install_sqlite_hooks(engine, busy_timeout_s, read_only=read_only)
         else:
             engine = create_engine(
                 location.url, connect_args={"connect_timeout": max(1, round(busy_timeout_s))}
@@ -156,7 +157,27 @@ def _lenient_text(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
 
 
-def _install_sqlite_hooks(engine: Engine, *, read_only: bool) -> None:
+def _enable_wal(cursor: Any, busy_timeout_s: float) -> None:
+    """Switch the file to WAL, waiting up to the busy timeout for the lock that takes.
+
+    SQLite answers ``database is locked`` at once, without calling the busy handler, when another
+    connection holds the file while this one changes its journal mode (processes racing to create and
+    migrate a fresh log), so the switch is retried here with a short, growing pause.
+    """
+    deadline = time.monotonic() + busy_timeout_s
+    pause = 0.001
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
+
+
+def _install_sqlite_hooks(engine: Engine, busy_timeout_s: float, *, read_only: bool) -> None:
     @event.listens_for(engine, "connect")
     def _configure(dbapi_connection: Any, _record: Any) -> None:
         # Take BEGIN away from the sqlite3 driver; the "begin" hook below emits it.
@@ -170,7 +191,7 @@ def _install_sqlite_hooks(engine: Engine, *, read_only: bool) -> None:
                 cursor.execute("PRAGMA query_only = ON")
                 return
             cursor.execute(f"PRAGMA page_size = {SQLITE_PAGE_SIZE}")  # only a brand-new file takes it
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _enable_wal(cursor, busy_timeout_s)
             cursor.execute("PRAGMA synchronous = NORMAL")
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:

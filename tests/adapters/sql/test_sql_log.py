@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import LargeBinary, bindparam, event, text
 
 from specround.adapters.sql import SqlEventLog, parse_location
-from specround.adapters.sql.engine import SQLITE_PAGE_SIZE
+from specround.adapters.sql.engine import SQLITE_PAGE_SIZE, _enable_wal
 from specround.adapters.sql.round_body import COMPACT2, decode_round
 from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
 from specround.errors import (
@@ -101,6 +101,43 @@ def test_sqlite_connections_use_wal_normal_sync_and_foreign_keys(sqlite_path: st
         assert connection.exec_driver_sql("PRAGMA page_size").scalar() == SQLITE_PAGE_SIZE
         assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 7500
     log.close()
+
+
+class _LockedThenFree:
+    """A cursor whose first ``locked`` statements fail as SQLite's do while another process holds the file."""
+
+    def __init__(self, locked: int, message: str = "database is locked") -> None:
+        self.locked, self.message, self.statements = locked, message, 0
+
+    def execute(self, statement: str) -> None:
+        self.statements += 1
+        if self.statements <= self.locked:
+            raise sqlite3.OperationalError(self.message)
+
+
+def test_switching_to_wal_waits_for_a_racing_creator() -> None:
+    """The journal-mode switch is retried while locked (SQLite does not call its busy handler for it)."""
+    cursor = _LockedThenFree(locked=3)
+    _enable_wal(cursor, busy_timeout_s=5.0)
+    assert cursor.statements == 4
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        _enable_wal(_LockedThenFree(locked=10**9), busy_timeout_s=0.01)  # gives up at the busy timeout
+    other = _LockedThenFree(locked=1, message="disk I/O error")
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        _enable_wal(other, busy_timeout_s=5.0)
+    assert other.statements == 1  # anything but a lock is not retried
+
+
+def test_a_fresh_file_held_by_another_writer_is_unavailable_after_the_busy_timeout(sqlite_path: str) -> None:
+    blocker = sqlite3.connect(sqlite_path, isolation_level=None)  # a rollback-journal file, held exclusively
+    blocker.execute("CREATE TABLE t (x)")
+    blocker.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(LogUnavailableError, match="locked"):
+            SqlEventLog.open(sqlite_path, busy_timeout_s=0.05)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
 
 
 def test_every_write_transaction_begins_immediate(sqlite_path: str) -> None:
