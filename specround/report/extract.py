@@ -1,10 +1,11 @@
 """Stream one slim row per published round out of an event log, filtered, without loading the log.
 
 The SQL log stores a round's five events in one ``rounds`` row. :func:`sql_round_rows` reads those rows
-in one query with the filters pushed into it (request ids, the time window on the row's ``recorded_at``,
-and the model filters on the ``request_opened`` event with the database's own JSON functions), rebuilds
-each round's events from its body and streams the result (``yield_per``, a server-side cursor on
-PostgreSQL): memory stays bounded by the driver's batch, whatever the log's size. :func:`port_round_rows`
+in one query with the request and time filters pushed into it (request ids, the time window on the row's
+``recorded_at``), rebuilds each round's events from its body and streams the result (``yield_per``, a
+server-side cursor on PostgreSQL): memory stays bounded by the driver's batch, whatever the log's size. The
+model filters are decided per request first, from each ``request_opened`` row (whose text may be stored
+packed, so no SQL JSON function can read it); only the admitted request ids are kept. :func:`port_round_rows`
 does the same over any :class:`~specround.statemachine.ports.EventLog` (e.g. the memory log) by folding
 its event stream one request at a time; a test checks that both give the same rows.
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from specround.errors import ReportOptionError
@@ -115,47 +116,49 @@ class RoundRow:
         return self.draft_s + self.verify_s + self.state_s + self.queue_s
 
 
-@dataclass(slots=True)
-class _Dialect:
-    """JSON access in one database's SQL."""
-
-    postgres: bool
-    mark: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.mark = "%s" if self.postgres else "?"
-
-    def text(self, alias: str, *path: str) -> str:
-        if self.postgres:
-            return f"({alias}.payload::jsonb #>> '{{{','.join(path)}}}')"
-        return f"json_extract({alias}.payload, '$.{'.'.join(path)}')"
-
-
-def _round_query(dialect: _Dialect, filters: ReportFilter) -> tuple[str, list[Any]]:
-    d = dialect
+def _round_query(postgres: bool, filters: ReportFilter) -> tuple[str, list[Any]]:
+    """The rounds query with the request and time filters pushed into it (the model filters are not)."""
+    mark = "%s" if postgres else "?"
     where = ["1 = 1"]
     parameters: list[Any] = []
     if filters.request_ids:
-        where.append(f"q.request_id IN ({', '.join([d.mark] * len(filters.request_ids))})")
+        where.append(f"q.request_id IN ({', '.join([mark] * len(filters.request_ids))})")
         parameters.extend(filters.request_ids)
     if filters.since is not None:
-        where.append(f"r.recorded_at >= {d.mark}")
+        where.append(f"r.recorded_at >= {mark}")
         parameters.append(float(filters.since))
     if filters.until is not None:
-        where.append(f"r.recorded_at < {d.mark}")
+        where.append(f"r.recorded_at < {mark}")
         parameters.append(float(filters.until))
-    for key, value in (("target_model_id", filters.target_model), ("draft_model_id", filters.draft_model)):
-        if value is not None:
-            where.append(
-                "q.request_id IN (SELECT oo.request_id FROM events oo WHERE oo.seq = 0 AND "
-                f"{d.text('oo', 'config', 'coordinate', key)} = {d.mark})"
-            )
-            parameters.append(value)
     sql = (
         "SELECT q.request_id, r.recorded_at, r.generation, r.round_id, r.commit_digest, r.body FROM rounds r "
         f"JOIN requests q ON q.request_no = r.request_no WHERE {' AND '.join(where)}"
     )
     return sql, parameters
+
+
+def _admitted_by_model(connection: Any, filters: ReportFilter) -> set[str] | None:
+    """The ids of the requests whose ``request_opened`` passes the model filters (None: no model filter).
+
+    The events table holds one ``request_opened`` row per request, its text possibly packed, so the
+    configurations are read here rather than filtered with the database's JSON functions; only the
+    admitted ids are kept.
+    """
+    from specround.adapters.sql.rows import EVENT_COLUMNS, decode_event_row
+
+    if filters.target_model is None and filters.draft_model is None:
+        return None
+    admitted: set[str] = set()
+    rows = connection.exec_driver_sql(
+        f"SELECT {', '.join(EVENT_COLUMNS)} FROM events WHERE seq = 0 AND kind = 'request_opened'"
+    )
+    for row in rows:
+        event = decode_event_row(tuple(row))
+        config = event.payload.get("config")
+        coordinate = config.get("coordinate") if isinstance(config, dict) else None
+        if isinstance(coordinate, dict) and filters.admits_coordinate(coordinate):
+            admitted.add(event.request_id)
+    return admitted
 
 
 def sql_round_rows(log: SqlEventLog, filters: ReportFilter | None = None) -> Iterator[RoundRow]:
@@ -171,13 +174,15 @@ def sql_round_rows(log: SqlEventLog, filters: ReportFilter | None = None) -> Ite
 
     filters = filters or ReportFilter()
     engine = log.engine
-    dialect = _Dialect(postgres=engine.dialect.name == "postgresql")
-    sql, parameters = _round_query(dialect, filters)
+    sql, parameters = _round_query(engine.dialect.name == "postgresql", filters)
     with db_errors("read report rows"), engine.connect() as connection:
         connection = connection.execution_options(**{READ_ONLY: True}, yield_per=STREAM_BATCH)
         with connection.begin():
+            admitted = _admitted_by_model(connection, filters)
             result = connection.exec_driver_sql(sql, tuple(parameters))
             for request_id, recorded_at, generation, round_id, commit, body in result:
+                if admitted is not None and request_id not in admitted:
+                    continue
                 try:
                     # The report reads no processor digest: a reference to the previous round's is
                     # filled with a placeholder instead of reading rows in order.

@@ -78,7 +78,7 @@ def test_random_byte_edits_never_crash_the_audit(tmp_path: Path) -> None:
     _write_log(original)
     pristine = original.read_bytes()
     connection = sqlite3.connect(original)
-    payloads = connection.execute("SELECT request_id, seq, payload FROM events").fetchall()
+    payloads = connection.execute("SELECT request_id, seq, packed_payload FROM events").fetchall()
     bodies = connection.execute("SELECT request_no, generation, body FROM rounds").fetchall()
     connection.close()
     assert len(payloads) == 2 and len(bodies) == 6
@@ -94,12 +94,12 @@ def test_random_byte_edits_never_crash_the_audit(tmp_path: Path) -> None:
             for _ in range(rng.randint(1, 4)):
                 data[rng.randrange(len(data))] = rng.randrange(256)
             target.write_bytes(bytes(data))
-        elif kind == 1:  # one request_opened payload's text, the rows themselves intact
-            request_id, seq, text = payloads[rng.randrange(len(payloads))]
-            value = _flipped(rng, text.encode("utf-8"))
+        elif kind == 1:  # one request_opened payload's packed bytes, the rows themselves intact
+            request_id, seq, packed = payloads[rng.randrange(len(payloads))]
+            value = _flipped(rng, bytes(packed), text_share=0.2)
             _update(
                 target,
-                "UPDATE events SET payload = ? WHERE request_id = ? AND seq = ?",
+                "UPDATE events SET packed_payload = ? WHERE request_id = ? AND seq = ?",
                 (value, request_id, seq),
             )
         elif kind == 2:  # one round's body bytes

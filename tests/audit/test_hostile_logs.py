@@ -76,8 +76,12 @@ def _set_payload(path: Path, request_id: str, payload: str | bytes, *, rechain: 
 
 
 def _set_opened_payload(path: Path, request_id: str, payload: str | bytes) -> None:
-    """Replace the ``request_opened`` event's stored payload (a text column of the ``events`` table)."""
-    _execute(path, "UPDATE events SET payload = ? WHERE request_id = ? AND seq = 0", (payload, request_id))
+    """Replace the ``request_opened`` event's stored payload with a text (its packed form dropped)."""
+    _execute(
+        path,
+        "UPDATE events SET payload = ?, packed_payload = NULL WHERE request_id = ? AND seq = 0",
+        (payload, request_id),
+    )
 
 
 def _audit_cli(path: Path) -> tuple[int, dict[str, object]]:

@@ -25,6 +25,8 @@
   result processing), and the transaction itself (``BEGIN IMMEDIATE`` on SQLite, ``COMMIT``) is driven on
   the DBAPI connection rather than through SQLAlchemy's transaction object; the engine's cursor events
   still fire for each statement, ``BEGIN`` included, and its ``commit`` events before the commit.
+* **Opening** a request writes its ``requests`` row and its ``request_opened`` event, whose text is stored
+  packed (:mod:`specround.adapters.sql.packed_payload`).
 * **Reading** streams: :meth:`SqlEventLog.events` runs two ordered queries (the ``request_opened`` events,
   and the rounds joined to their request ids) in one read transaction (a snapshot), merges them by request
   and yields rows as the driver delivers them (server-side cursors on PostgreSQL), never the whole log.
@@ -68,9 +70,11 @@ from specround.adapters.sql.engine import (
     parse_location,
 )
 from specround.adapters.sql.migrate import SchemaStatus, ensure_schema, schema_status
+from specround.adapters.sql.packed_payload import pack_payload
 from specround.adapters.sql.probe import SqliteFileKind, probe_sqlite_file
 from specround.adapters.sql.round_body import RAW, encode_round
 from specround.adapters.sql.rows import (
+    EVENT_COLUMNS,
     SignatureRow,
     decode_event_row,
     decode_head_row,
@@ -154,18 +158,6 @@ class _Cursor:
         self._cursor.close()
 
 
-_EVENT_COLUMNS = (
-    "request_id",
-    "seq",
-    "kind",
-    "round_id",
-    "generation",
-    "schema_version",
-    "prev_hash",
-    "hash",
-    "recorded_at",
-    "payload",
-)
 _ROUND_COLUMNS = (
     "request_no",
     "generation",
@@ -193,8 +185,8 @@ class _Statements:
 
     def __init__(self, paramstyle: str, postgres: bool) -> None:
         self.mark = "?" if paramstyle == "qmark" else "%s"
-        marks = ", ".join([self.mark] * len(_EVENT_COLUMNS))
-        self.insert_event = f"INSERT INTO events ({', '.join(_EVENT_COLUMNS)}) VALUES ({marks})"
+        marks = ", ".join([self.mark] * len(EVENT_COLUMNS))
+        self.insert_event = f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({marks})"
         self.columnar = postgres
         """Whether the step's rows go as one array per column in one statement (:meth:`_Cursor.run_rows`)."""
         if postgres:  # one statement over column arrays: the server plans it once for the whole step
@@ -230,7 +222,7 @@ class _Statements:
             "SELECT request_id, generation, head_seq, head_hash, state_digest, finished FROM requests "
             f"WHERE request_id = {self.mark}"
         )
-        columns = ", ".join(_EVENT_COLUMNS)
+        columns = ", ".join(EVENT_COLUMNS)
         self.all_events = f"SELECT {columns} FROM events ORDER BY request_id, seq"
         self.request_events = f"SELECT {columns} FROM events WHERE request_id = {self.mark} ORDER BY seq"
         rounds = (
@@ -473,7 +465,8 @@ class SqlEventLog:
                     GENESIS_HASH,
                     link,
                     now,
-                    payload.decode("utf-8"),
+                    "",
+                    pack_payload(payload),
                 ),
             )
             if self._signer is not None:

@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from specround.adapters.sql.packed_payload import unpack_payload
 from specround.adapters.sql.round_body import COMPACT, COMPACT2, decode_round, raw_payloads
 from specround.adapters.sql.tables import PREV_LINK_BYTES
 from specround.canonical import dumps_trusted, load
@@ -27,6 +28,7 @@ from specround.statemachine.ports import LogHead, StoredEvent, StoredRound, roun
 from specround.statemachine.round_ids import derived_round_id
 
 __all__ = [
+    "EVENT_COLUMNS",
     "SignatureRow",
     "decode_event_row",
     "decode_head_row",
@@ -39,6 +41,21 @@ __all__ = [
 ]
 
 _INT64 = 2**63
+
+EVENT_COLUMNS = (
+    "request_id",
+    "seq",
+    "kind",
+    "round_id",
+    "generation",
+    "schema_version",
+    "prev_hash",
+    "hash",
+    "recorded_at",
+    "payload",
+    "packed_payload",
+)
+"""The ``events`` columns a row holds, in the order :func:`decode_event_row` reads them."""
 
 
 def row_text(value: Any) -> str | None:
@@ -86,15 +103,52 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _payload_bytes(text: Any, packed: Any, problems: list[str]) -> tuple[bytes | None, bool]:
+    """The stored bytes of an event's text and whether they can be read as JSON.
+
+    The text is ``payload``, or unpacked from ``packed_payload``; each problem is appended to ``problems``.
+    """
+    if packed is not None:
+        blob = row_blob(packed)
+        if blob is None:
+            problems.append(f"packed_payload {_short(packed)} is not a BLOB")
+            return None, False
+        if text != "":
+            problems.append("the row holds both a payload text and a packed payload")
+        try:
+            data = unpack_payload(blob)
+        except ValueError as exc:
+            problems.append(str(exc))
+            return None, False
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            problems.append("the packed payload is not valid UTF-8 text")
+            return data, False
+        return data, True
+    if isinstance(text, str):
+        try:
+            return text.encode("utf-8"), True  # the exact bytes the chain hashed
+        except UnicodeEncodeError:
+            problems.append("the payload is not valid UTF-8 text")
+            return _raw_bytes(text), False
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        problems.append("the payload is stored as a BLOB, not text")
+        return bytes(text), True
+    problems.append(f"the payload {_short(text)} is not text")
+    return None, False
+
+
 def decode_event_row(row: Sequence[Any]) -> StoredEvent:
     """One ``events`` row as a stored event.
 
     The row's values: request id, seq, kind, round id, generation, schema version, prev hash, hash, time,
-    payload text.
+    payload text and packed payload (:mod:`specround.adapters.sql.packed_payload`; NULL when the text is
+    stored as it is, and the text ``''`` when it is not).
 
-    Never raises for a row of ten values: every problem is named in ``defect``.
+    Never raises for a row of eleven values: every problem is named in ``defect``.
     """
-    request_id, seq, kind, round_id, generation, version, prev, link, at, text = row
+    request_id, seq, kind, round_id, generation, version, prev, link, at, text, packed = row
     problems: list[str] = []
 
     def column(name: str, value: Any, read: Any, fallback: Any) -> Any:
@@ -116,20 +170,7 @@ def decode_event_row(row: Sequence[Any]) -> StoredEvent:
     link_ = column("hash", link, _ascii, "")
     at_ = column("recorded_at", at, _number, 0.0)
     payload: dict[str, Any] = {}
-    data: bytes | None
-    readable = True
-    if isinstance(text, str):
-        try:
-            data = text.encode("utf-8")  # the exact bytes the chain hashed
-        except UnicodeEncodeError:
-            data, readable = _raw_bytes(text), False
-            problems.append("the payload is not valid UTF-8 text")
-    elif isinstance(text, (bytes, bytearray, memoryview)):
-        data = bytes(text)
-        problems.append("the payload is stored as a BLOB, not text")
-    else:
-        data = None
-        problems.append(f"the payload {_short(text)} is not text")
+    data, readable = _payload_bytes(text, packed, problems)
     if data is not None and readable:
         try:
             decoded = load(data)

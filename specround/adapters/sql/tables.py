@@ -11,7 +11,9 @@ metadata is what the log queries against, and a test checks that it matches what
     so that those updates stay on their page (heap-only, no new index entries) and dead versions are pruned.
 ``events``
     The events that are not part of a round: each request's ``request_opened`` at seq 0. Hot fields are
-    columns; ``payload`` holds the event's canonical JSON text exactly as it was hashed.
+    columns; the event's canonical JSON text, exactly as it was hashed, is either ``payload`` or, packed
+    (:mod:`specround.adapters.sql.packed_payload`, about a quarter of the size), ``packed_payload`` with
+    ``payload`` left ``''`` (migration 0006; rows written before keep their text).
 ``rounds``
     One row per published round holding all five of its lifecycle events (seqs ``5g - 4 .. 5g`` of
     generation ``g``): the round id, commit digest and time as columns, ``prev_hash`` (the chain link the
@@ -114,6 +116,7 @@ events = Table(
     Column("hash", String(HASH_LENGTH), nullable=False),
     Column("recorded_at", Double, nullable=False),
     Column("payload", Text, nullable=False),
+    Column("packed_payload", LargeBinary, nullable=True),
     PrimaryKeyConstraint("request_id", "seq", name="pk_events"),
     ForeignKeyConstraint(["request_id"], ["requests.request_id"], name="fk_events_request_id"),
 )
