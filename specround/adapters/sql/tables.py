@@ -25,6 +25,8 @@ metadata is what the log queries against, and a test checks that it matches what
     0005). Its primary key (request, generation) and unique index (request, round id, over the ids stored
     in full) are the database half of the fence (INV-6): no two transactions can publish the same
     generation of a request, and a round id is published at most once (a derived id names its generation).
+    On PostgreSQL the table's 8-byte columns come first (migration 0007), so that its rows carry no
+    alignment padding.
 ``signatures``
     Signed heads and checkpoints (only a log opened with a key writes them; :mod:`specround.signing`): the
     signed canonical message, the signature, its scheme and key id.
@@ -127,8 +129,8 @@ rounds = Table(
     metadata,
     Column("request_no", BigInteger, nullable=False),
     Column("generation", BigInteger, nullable=False),
-    Column("round_id", identifier_type(), nullable=False),
     Column("recorded_at", Double, nullable=False),
+    Column("round_id", identifier_type(), nullable=False),
     Column("commit_digest", LargeBinary, nullable=False),
     Column("prev_hash", LargeBinary, nullable=False),
     Column("hash", LargeBinary, nullable=False),
