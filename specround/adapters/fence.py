@@ -19,6 +19,7 @@ its dictionaries, :class:`~specround.adapters.sql.SqlEventLog` turns it into one
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -35,12 +36,27 @@ __all__ = [
     "PreparedRound",
     "PublishPlan",
     "PublishedRound",
+    "check_digest",
     "plan_publish",
     "prepare_round",
 ]
 
 ROUND_EVENTS = 5
 """Events appended by one published round."""
+
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def check_digest(what: str, value: object) -> None:
+    """Refuse a digest a log keeps as a fence column unless it is a SHA-256 digest in lowercase hex.
+
+    Raises :class:`InvalidRequestError` naming ``what``: every log refuses the same values, the ones the
+    SQL log could not store as 32 bytes.
+    """
+    if not (isinstance(value, str) and _HEX_DIGEST.fullmatch(value)):
+        text = repr(value)
+        shown = text if len(text) <= 72 else text[:69] + "..."
+        raise InvalidRequestError(f"{what} must be a SHA-256 digest in lowercase hex, got {shown}")
 
 
 @dataclass(slots=True)
@@ -111,11 +127,14 @@ def prepare_round(publication: RoundPublication) -> PreparedRound:
 
     Raises :class:`InvalidRequestError` (nothing has been written) when the five events disagree with the
     envelope: another request or round id, a generation other than ``expected + 1``, or digests and
-    finished flag that differ from the staged and published events; or when the round id has the form
+    finished flag that differ from the staged and published events; when its commit or successor digest is
+    not a SHA-256 digest in lowercase hex (:func:`check_digest`); or when the round id has the form
     reserved for derived ids without being the round's own
     (:func:`~specround.statemachine.round_ids.check_round_id`).
     """
     pub = publication
+    check_digest(f"publication {pub.request_id}/{pub.round_id}: the commit digest", pub.commit_digest)
+    check_digest(f"publication {pub.request_id}/{pub.round_id}: the successor digest", pub.successor_digest)
     events = pub.events()
     for event in events:
         if event.request_id != pub.request_id or event.round_id != pub.round_id:

@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from specround.adapters.fence import Head, PublishedRound, plan_publish, prepare_round
+from specround.adapters.fence import Head, PublishedRound, check_digest, plan_publish, prepare_round
 from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash, load
 from specround.errors import InvalidRequestError, LogUnavailableError
 from specround.statemachine.events import ROUND_EVENT_KINDS, RequestOpened
@@ -95,6 +95,7 @@ class MemoryEventLog:
 
     def open_request(self, event: RequestOpened, state_digest: str) -> None:
         """Append a request's ``request_opened`` event at generation 0 (idempotent for identical input)."""
+        check_digest(f"the initial state digest of {event.request_id!r}", state_digest)
         if event.config.request_id != event.request_id:
             raise InvalidRequestError(
                 f"request_opened for {event.request_id!r} carries the configuration of "

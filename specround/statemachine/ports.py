@@ -316,7 +316,8 @@ class EventLog(Protocol):
         """Append a request's first event at generation 0.
 
         Opening the same request again with an identical event is a no-op; with a different one it raises
-        :class:`~specround.errors.InvalidRequestError`.
+        :class:`~specround.errors.InvalidRequestError`, as it does for a ``state_digest`` that is not a
+        SHA-256 digest in lowercase hex.
         """
         ...
 
@@ -324,7 +325,9 @@ class EventLog(Protocol):
         """Group-commit rounds: one database transaction, one fence check per request.
 
         Returns one outcome per publication, in order. Raises
-        :class:`~specround.errors.LogUnavailableError` if the transaction itself failed (nothing appended).
+        :class:`~specround.errors.LogUnavailableError` if the transaction itself failed (nothing appended),
+        and :class:`~specround.errors.InvalidRequestError` before anything is written for a publication that
+        is inconsistent or whose commit or successor digest is not a SHA-256 digest in lowercase hex.
         """
         ...
 

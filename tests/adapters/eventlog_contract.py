@@ -274,6 +274,26 @@ class EventLogContract:
                 log.publish([good, bad])
         assert snapshot(log) == before
 
+    @pytest.mark.parametrize("digest", ["zz" * 32, "AB" * 32, "ab" * 31, "ab" * 33, ""])
+    def test_a_digest_that_is_not_lowercase_sha256_hex_is_refused(self, log: EventLog, digest: str) -> None:
+        """Every log refuses a digest it keeps as a fence column unless it is SHA-256 in lowercase hex."""
+        cfg, state = opened(log, "req-a")
+        good, _ = build_round(cfg, state)
+        before = snapshot(log)
+        commit = replace(
+            good, commit_digest=digest, published=good.published.model_copy(update={"commit_digest": digest})
+        )
+        successor = replace(
+            good, successor_digest=digest, staged=good.staged.model_copy(update={"successor_digest": digest})
+        )
+        for bad, named in ((commit, "commit digest"), (successor, "successor digest")):
+            with pytest.raises(InvalidRequestError, match=named):
+                log.publish([good, bad])
+        event, _ = open_request(make_config("req-b"))
+        with pytest.raises(InvalidRequestError, match="initial state digest"):
+            log.open_request(event, digest)
+        assert snapshot(log) == before
+
     def test_a_publication_for_an_unknown_request_refuses_the_whole_call(self, log: EventLog) -> None:
         cfg, state = opened(log, "req-a")
         good, _ = build_round(cfg, state)

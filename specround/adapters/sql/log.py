@@ -58,6 +58,7 @@ from specround.adapters.fence import (
     Head,
     PreparedRound,
     PublishedRound,
+    check_digest,
     plan_publish,
     prepare_round,
 )
@@ -431,6 +432,7 @@ class SqlEventLog:
         else for a known request id raises :class:`~specround.errors.InvalidRequestError`.
         """
         self._check_open()
+        check_digest(f"the initial state digest of {event.request_id!r}", state_digest)
         if event.config.request_id != event.request_id:
             raise InvalidRequestError(
                 f"request_opened for {event.request_id!r} carries the config of {event.config.request_id!r}"
