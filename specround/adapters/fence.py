@@ -50,8 +50,8 @@ _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 def check_digest(what: str, value: object) -> None:
     """Refuse a digest a log keeps as a fence column unless it is a SHA-256 digest in lowercase hex.
 
-    Raises :class:`InvalidRequestError` naming ``what``: every log refuses the same values, the ones the
-    SQL log could not store as 32 bytes.
+    Raises :class:`InvalidRequestError` naming ``what``. Every log refuses the same values (the SQL log
+    keeps a commit digest as its 32 bytes, which no other text has).
     """
     if not (isinstance(value, str) and _HEX_DIGEST.fullmatch(value)):
         text = repr(value)

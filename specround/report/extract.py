@@ -79,6 +79,12 @@ class ReportFilter:
             self.draft_model is None or coordinate.get("draft_model_id") == self.draft_model
         )
 
+    def admits_opened(self, payload: dict[str, Any]) -> bool:
+        """Whether the request whose ``request_opened`` payload this is passes the model filters."""
+        config = payload.get("config")
+        coordinate = config.get("coordinate") if isinstance(config, dict) else None
+        return self.admits_coordinate(coordinate if isinstance(coordinate, dict) else {})
+
 
 @dataclass(frozen=True, slots=True)
 class RoundRow:
@@ -154,9 +160,7 @@ def _admitted_by_model(connection: Any, filters: ReportFilter) -> set[str] | Non
     )
     for row in rows:
         event = decode_event_row(tuple(row))
-        config = event.payload.get("config")
-        coordinate = config.get("coordinate") if isinstance(config, dict) else None
-        if isinstance(coordinate, dict) and filters.admits_coordinate(coordinate):
+        if filters.admits_opened(event.payload):
             admitted.add(event.request_id)
     return admitted
 
@@ -213,8 +217,7 @@ def port_round_rows(log: EventLog, filters: ReportFilter | None = None) -> Itera
         pending: dict[str, dict[str, Any]] = {}
         for event in log.events(request_id):
             if event.kind == "request_opened":
-                coordinate = event.payload.get("config", {}).get("coordinate", {})
-                admitted = filters.admits_coordinate(coordinate)
+                admitted = filters.admits_opened(event.payload)
                 if not admitted:
                     break
                 continue
@@ -286,9 +289,7 @@ def matching_request_ids(log: EventLog, filters: ReportFilter) -> list[str]:
     kept = []
     for request_id in ids:
         for event in log.events(request_id):
-            if event.kind == "request_opened":
-                coordinate = event.payload.get("config", {}).get("coordinate", {})
-                if filters.admits_coordinate(coordinate):
-                    kept.append(request_id)
+            if event.kind == "request_opened" and filters.admits_opened(event.payload):
+                kept.append(request_id)
             break
     return kept

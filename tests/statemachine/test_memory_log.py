@@ -17,21 +17,21 @@ from tests.statemachine._builders import opened_event, publication
 def _opened_log(*request_ids: str) -> MemoryEventLog:
     log = MemoryEventLog(clock=lambda: 1.5)
     for request_id in request_ids:
-        log.open_request(opened_event(request_id), "s" * 64)
+        log.open_request(opened_event(request_id), "5" * 64)
     return log
 
 
 def test_open_is_idempotent_and_refuses_a_different_configuration() -> None:
     log = _opened_log("a")
-    log.open_request(opened_event("a"), "s" * 64)  # identical: no-op
+    log.open_request(opened_event("a"), "5" * 64)  # identical: no-op
     assert [e.seq for e in log.events("a")] == [0]
     with pytest.raises(InvalidRequestError):
-        log.open_request(opened_event("a", prompt=(9,)), "s" * 64)
+        log.open_request(opened_event("a", prompt=(9,)), "5" * 64)
     with pytest.raises(InvalidRequestError):
-        log.open_request(opened_event("a"), "t" * 64)
+        log.open_request(opened_event("a"), "6" * 64)
     assert [e.seq for e in log.events("a")] == [0]
     head = log.head("a")
-    assert head is not None and head.generation == 0 and head.state_digest == "s" * 64
+    assert head is not None and head.generation == 0 and head.state_digest == "5" * 64
 
 
 def test_publish_moves_the_fence_and_chains_hashes() -> None:
