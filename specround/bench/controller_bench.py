@@ -45,7 +45,10 @@ with :func:`~specround.statemachine.replay.replay_log` (hash links recomputed fr
 ``bytes_per_round`` is the log's size on disk (the SQLite file after a WAL checkpoint; PostgreSQL's
 tables with their indexes) over the rounds it holds. The logs replayed are the largest B's (many short
 requests: each request's opening event weighs on the size) and, on SQLite, B = 1's (one long request, the
-shape of a ``generate`` log).
+shape of a ``generate`` log). ``round_bytes_per_round`` and ``request_bytes_per_request`` split that size
+into what each round and each request add (SQLite's ``dbstat`` table, PostgreSQL's relation sizes), so
+that the size of a log of longer or shorter requests follows: about ``round + request / rounds per
+request`` bytes per round.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from __future__ import annotations
 import gc
 import os
 import platform
+import sqlite3
 import statistics
 import tempfile
 import time
@@ -153,6 +157,12 @@ class ReplayBenchCase(BaseModel):
     """Published rounds in the log."""
     bytes_per_round: float = 0.0
     """Size of the log on disk over its rounds (see the module docstring)."""
+    round_bytes_per_round: float | None = None
+    """The part of that size that grows with rounds: the ``rounds`` table and its indexes, over the rounds
+    (None where the database cannot tell a table's pages apart)."""
+    request_bytes_per_request: float | None = None
+    """The part that grows with requests: the ``requests`` and ``events`` tables and their indexes, over
+    the requests (the rest of the size is the empty schema's pages)."""
 
 
 class ControllerBenchReport(BaseModel):
@@ -345,7 +355,9 @@ def _replay(backend: str, batch_size: int, log: EventLog, repeats: int) -> Repla
         start = time.perf_counter()
         audited = audit_log(log)
         audit_rates.append(sum(r.events for r in audited.requests) / (time.perf_counter() - start))
-    rounds, size = _log_size(log)
+    rounds, size, by_table = _log_size(log)
+    round_part = by_table.get("rounds")
+    request_part = by_table.get("requests")
     return ReplayBenchCase(
         backend=backend,
         requests=requests,
@@ -356,6 +368,8 @@ def _replay(backend: str, batch_size: int, log: EventLog, repeats: int) -> Repla
         audit_events_per_s=statistics.median(audit_rates),
         rounds=rounds,
         bytes_per_round=size / max(1, rounds),
+        round_bytes_per_round=None if round_part is None else round_part / max(1, rounds),
+        request_bytes_per_request=None if request_part is None else request_part / max(1, requests),
     )
 
 
@@ -381,11 +395,19 @@ def _replay_target(backend: str) -> float:
     return REPLAY_TARGET_EVENTS_PER_S if backend == "sqlite" else POSTGRES_REPLAY_TARGET_EVENTS_PER_S
 
 
-def _log_size(log: EventLog) -> tuple[int, int]:
-    """(published rounds, bytes on disk) of a SQL log."""
+_GROWS_WITH = {"rounds": "rounds", "requests": "requests", "events": "requests"}
+"""The tables whose pages grow with rounds or with requests (their indexes count with them)."""
+
+
+def _log_size(log: EventLog) -> tuple[int, int, dict[str, int]]:
+    """(published rounds, bytes on disk, bytes growing with ``rounds`` / ``requests``) of a SQL log.
+
+    The split is empty where the database cannot tell a table's pages apart (a SQLite without ``dbstat``).
+    """
     from specround.adapters.sql import SqlEventLog
 
     assert isinstance(log, SqlEventLog)
+    by_table: dict[str, int] = {}
     with log.engine.connect() as connection:
         rounds = int(connection.exec_driver_sql("SELECT count(*) FROM rounds").scalar_one())
         connection.rollback()
@@ -393,12 +415,22 @@ def _log_size(log: EventLog) -> tuple[int, int]:
             raw = connection.connection.dbapi_connection
             assert raw is not None
             raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # outside a transaction (autocommit)
-            return rounds, log.location.sqlite_path.stat().st_size
-        size = connection.exec_driver_sql(
-            "SELECT pg_total_relation_size('rounds') + pg_total_relation_size('events') "
-            "+ pg_total_relation_size('requests')"
-        ).scalar_one()
-    return rounds, int(size)
+            try:
+                pages = raw.execute(
+                    "SELECT s.tbl_name, sum(d.pgsize) FROM dbstat d JOIN sqlite_schema s ON s.name = d.name "
+                    "GROUP BY s.tbl_name"
+                ).fetchall()
+            except sqlite3.OperationalError:  # built without the dbstat table
+                pages = []
+            for table, size in pages:
+                if table in _GROWS_WITH:
+                    part = _GROWS_WITH[table]
+                    by_table[part] = by_table.get(part, 0) + int(size)
+            return rounds, log.location.sqlite_path.stat().st_size, by_table
+        for table, part in _GROWS_WITH.items():
+            size = connection.exec_driver_sql(f"SELECT pg_total_relation_size('{table}')").scalar_one()
+            by_table[part] = by_table.get(part, 0) + int(size)
+    return rounds, sum(by_table.values()), by_table
 
 
 def _postgres_schema(base_url: str) -> tuple[str, str]:

@@ -43,6 +43,14 @@ def _check(report: ControllerBenchReport, backends: set[str], sizes: tuple[int, 
         assert replay.audit_events_per_s > 0
         assert replay.rounds == (replay.events - replay.requests) // 5
         assert replay.bytes_per_round > 0
+        # the parts that grow with rounds and with requests: all of PostgreSQL's size, SQLite's but its schema
+        assert replay.round_bytes_per_round is not None and replay.request_bytes_per_request is not None
+        parts = (
+            replay.round_bytes_per_round * replay.rounds + replay.request_bytes_per_request * replay.requests
+        )
+        whole = replay.bytes_per_round * replay.rounds
+        assert replay.round_bytes_per_round > 0 and replay.request_bytes_per_request > 0
+        assert parts == pytest.approx(whole) if replay.backend == "postgresql" else 0 < parts < whole
 
 
 def test_controller_bench_on_memory_and_sqlite() -> None:
