@@ -7,7 +7,7 @@ Create Date: 2026-12-06
 PostgreSQL aligns an 8-byte column to 8 bytes within the row. ``rounds`` was created as ``request_no,
 generation, round_id, recorded_at, ...``: a derived round id is stored as ``''`` (one byte), so seven bytes
 of padding followed it in every row before the ``double precision`` ``recorded_at``. With the three 8-byte
-columns first the row is 8 bytes shorter and a page holds 23 rounds instead of 22 (about 16 bytes per round
+columns first the row is 8 bytes shorter and a page holds 23 rounds instead of 22 (about 14 bytes per round
 on disk).
 
 Upgrade on PostgreSQL rebuilds the table in the new order, the rows copied in primary-key order, and
