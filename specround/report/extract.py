@@ -143,21 +143,23 @@ def _round_query(postgres: bool, filters: ReportFilter) -> tuple[str, list[Any]]
     return sql, parameters
 
 
-def _admitted_by_model(connection: Any, filters: ReportFilter) -> set[str] | None:
+def _admitted_by_model(connection: Any, postgres: bool, filters: ReportFilter) -> set[str] | None:
     """The ids of the requests whose ``request_opened`` passes the model filters (None: no model filter).
 
     The events table holds one ``request_opened`` row per request, its text possibly packed, so the
-    configurations are read here rather than filtered with the database's JSON functions; only the
-    admitted ids are kept.
+    configurations are read here rather than filtered with the database's JSON functions (only those of
+    the requests the request filter names, when it names any); only the admitted ids are kept.
     """
     from specround.adapters.sql.rows import EVENT_COLUMNS, decode_event_row
 
     if filters.target_model is None and filters.draft_model is None:
         return None
     admitted: set[str] = set()
-    rows = connection.exec_driver_sql(
-        f"SELECT {', '.join(EVENT_COLUMNS)} FROM events WHERE seq = 0 AND kind = 'request_opened'"
-    )
+    sql = f"SELECT {', '.join(EVENT_COLUMNS)} FROM events WHERE seq = 0 AND kind = 'request_opened'"
+    if filters.request_ids:
+        mark = "%s" if postgres else "?"
+        sql += f" AND request_id IN ({', '.join([mark] * len(filters.request_ids))})"
+    rows = connection.exec_driver_sql(sql, tuple(filters.request_ids))
     for row in rows:
         event = decode_event_row(tuple(row))
         if filters.admits_opened(event.payload):
@@ -178,11 +180,12 @@ def sql_round_rows(log: SqlEventLog, filters: ReportFilter | None = None) -> Ite
 
     filters = filters or ReportFilter()
     engine = log.engine
-    sql, parameters = _round_query(engine.dialect.name == "postgresql", filters)
+    postgres = engine.dialect.name == "postgresql"
+    sql, parameters = _round_query(postgres, filters)
     with db_errors("read report rows"), engine.connect() as connection:
         connection = connection.execution_options(**{READ_ONLY: True}, yield_per=STREAM_BATCH)
         with connection.begin():
-            admitted = _admitted_by_model(connection, filters)
+            admitted = _admitted_by_model(connection, postgres, filters)
             result = connection.exec_driver_sql(sql, tuple(parameters))
             for request_id, recorded_at, generation, round_id, commit, body in result:
                 if admitted is not None and request_id not in admitted:

@@ -93,6 +93,14 @@ def test_filters_agree_between_sql_and_port(sql_log: SqlEventLog) -> None:
         ]
         if filters.target_model is None and filters.draft_model is None:
             assert sql == expected, filters
+    # a request filter and a model filter together: the named requests of that model, no other
+    first = {r.request_id for r in sql_round_rows(sql_log, ReportFilter(target_model=SYNTHETIC_MODELS[0]))}
+    second = {r.request_id for r in sql_round_rows(sql_log, ReportFilter(target_model=SYNTHETIC_MODELS[1]))}
+    named = tuple(sorted(first)[:3] + sorted(second)[:2])
+    both = ReportFilter(request_ids=named, target_model=SYNTHETIC_MODELS[0])
+    sql = _sorted(sql_round_rows(sql_log, both))
+    assert sql == _sorted(port_round_rows(sql_log, both))
+    assert {r.request_id for r in sql} == set(sorted(first)[:3])
     by_model = [len(list(sql_round_rows(sql_log, ReportFilter(target_model=m)))) for m in SYNTHETIC_MODELS]
     assert sum(by_model) == 900 and min(by_model) > 0
     assert list(sql_round_rows(sql_log, ReportFilter(draft_model="no-such-draft"))) == []
@@ -237,3 +245,7 @@ def test_sql_rows_on_postgresql(postgres_url: str) -> None:
         assert len(sql) == 150 and sql == _sorted(port_round_rows(log))
         filters = ReportFilter(target_model=SYNTHETIC_MODELS[1])
         assert _sorted(sql_round_rows(log, filters)) == _sorted(port_round_rows(log, filters))
+        some = tuple(sorted({r.request_id for r in sql})[:6])
+        filters = ReportFilter(request_ids=some, target_model=SYNTHETIC_MODELS[1])
+        named = _sorted(sql_round_rows(log, filters))
+        assert named and named == _sorted(port_round_rows(log, filters))
