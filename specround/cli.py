@@ -208,9 +208,9 @@ def bench_controller(
     seed: int = typer.Option(0, help="Seed of the synthetic rows."),
     threads: int = typer.Option(1, min=0, help="torch threads (0 keeps torch's default)."),
     gc_freeze: bool = typer.Option(
-        False,
+        True,
         "--gc-freeze/--no-gc-freeze",
-        help="gc.freeze() the start-up heap before timing (as a server would).",
+        help="Freeze the start-up heap and space out young collections before timing (as generate does).",
     ),
     apis: str = typer.Option(
         "batch,pipelined",

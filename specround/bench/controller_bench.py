@@ -34,9 +34,11 @@ decision, tokens and K/V instruction come back to the host inside the timed step
 
 Garbage collection: Python's periodic full collections scan every object of the process (here about
 200k, almost all from importing torch, SQLAlchemy and pydantic), and the rounds' allocations decide how often
-they run. With ``freeze_gc`` the bench calls :func:`gc.freeze` once the cases are open -- what a serving
-process does after start-up -- so full collections scan only what the run itself keeps alive; the report
-says which way it ran (``gc_frozen``).
+they run; young collections traverse each step's own short-lived objects. With ``freeze_gc`` (the default)
+the bench sets the collector up once the cases are open as ``specround generate`` does once its model is
+loaded (:func:`~specround.serving.collector.serving_collector`: the start-up heap frozen, young collections
+spaced out); the report says which way it ran (``gc_frozen``). Each case reports the collector's pauses
+while it ran (``gc_us_per_round``, ``gc_longest_ms``), either way.
 
 Replay is measured on each SQL log the cases wrote: ``stream_events_per_s`` iterates
 :meth:`~specround.statemachine.ports.EventLog.events` only; ``replay_events_per_s`` rebuilds every request
@@ -62,6 +64,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +72,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from specround.bench.devices import bench_device, device_name
+from specround.serving.collector import CollectorClock, serving_collector
 from specround.statemachine.controller import PendingStep, RoundController
 from specround.statemachine.forwarding_log import ForwardingLog
 from specround.statemachine.ports import EventLog, PublishOutcome, RoundPublication
@@ -138,6 +142,11 @@ class ControllerBenchCase(BaseModel):
     """Mean tokens emitted per round (how realistic the synthetic acceptance is)."""
     forward_ms: float = 0.0
     """The simulated forward between steps (pipelined cases only)."""
+    gc_us_per_round: float = 0.0
+    """The garbage collector's pauses per request-round while the case ran (median of the repetitions; part
+    of ``us_per_round`` where they fell inside a step)."""
+    gc_longest_ms: float = 0.0
+    """The longest collector pause of the case's timed repetitions."""
 
 
 class ReplayBenchCase(BaseModel):
@@ -178,7 +187,7 @@ class ControllerBenchReport(BaseModel):
     seed: int
     torch_threads: int
     gc_frozen: bool = False
-    """Whether :func:`gc.freeze` moved the start-up heap out of the collector's way (see the module doc)."""
+    """Whether the start-up heap was frozen out of the collector's way while the cases ran (module doc)."""
     device: str = "cpu"
     """Where the batch tensors lived: ``cpu``, or the accelerator's index and name (see the module doc)."""
     machine: str
@@ -259,11 +268,20 @@ class _Case:
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     publish: list[float] = field(default_factory=list)
+    collector: list[float] = field(default_factory=list)
+    collector_longest_s: float = 0.0
     emitted: int = 0
     rounds: int = 0
 
     def run(self, steps: int, record: bool) -> None:
-        """Run ``steps`` steps; record per-round wall, CPU and publish times when ``record``."""
+        """Run ``steps`` steps; record per-round wall, CPU, publish and collector times when ``record``."""
+        with CollectorClock() as clock:
+            self._run(steps, record)
+        if record:
+            self.collector.append(clock.seconds / (steps * self.batch_size) * 1e6)
+            self.collector_longest_s = max(self.collector_longest_s, clock.longest_s)
+
+    def _run(self, steps: int, record: bool) -> None:
         publish_before = self.log.publish_s
         wall = cpu = 0.0
         ctl = self.controller
@@ -476,7 +494,7 @@ def run_controller_bench(
     warmup: int = 1,
     seed: int = 0,
     threads: int | None = 1,
-    freeze_gc: bool = False,
+    freeze_gc: bool = True,
     apis: Sequence[str] = ("batch",),
     progress: Callable[[str], None] | None = None,
     forward_ms: float = 5.0,
@@ -485,12 +503,12 @@ def run_controller_bench(
     """Time the controller on every backend and batch size, interleaved, in this process.
 
     ``threads`` sets torch's intra-op threads for the run (tiny rows: one thread avoids contention);
-    None leaves torch's setting alone. ``freeze_gc`` freezes the start-up heap once the cases are open and
-    unfreezes it at the end (a heap the caller froze already is left as it is). ``apis`` picks the step
-    APIs (:data:`API_NAMES`); ``progress`` receives a line per finished repetition; ``forward_ms`` is the
-    simulated forward between pipelined steps. ``device`` is where the engine's batch tensors live
-    (``cpu`` or ``cuda[:N]``, refused with :class:`ValueError` when torch cannot use it): every step
-    reads its rows from there, and its tokens come back to the host as an engine's would.
+    None leaves torch's setting alone. ``freeze_gc`` sets up the collector as a serving run does once the
+    cases are open, and restores it at the end (a heap the caller froze already is left as it is). ``apis``
+    picks the step APIs (:data:`API_NAMES`); ``progress`` receives a line per finished repetition;
+    ``forward_ms`` is the simulated forward between pipelined steps. ``device`` is where the engine's
+    batch tensors live (``cpu`` or ``cuda[:N]``, refused with :class:`ValueError` when torch cannot use
+    it): every step reads its rows from there, and its tokens come back to the host as an engine's would.
     """
     if not batch_sizes or min(batch_sizes) < 1 or repeats < 1 or warmup < 0 or draft_len < 1 or vocab < 2:
         raise ValueError("need batch sizes >= 1, repeats >= 1, warmup >= 0, draft_len >= 1, vocab >= 2")
@@ -499,13 +517,13 @@ def run_controller_bench(
     if rounds_per_repetition < max(batch_sizes):
         raise ValueError("rounds_per_repetition must be at least the largest batch size")
     previous_threads = torch.get_num_threads()
-    froze_gc = freeze_gc and gc.get_freeze_count() == 0  # a heap frozen by the caller stays as it is
     if threads is not None:
         torch.set_num_threads(threads)
     on_device = bench_device(device)
     rows = _Rows.make(draft_len, vocab, seed, on_device)
     run_id = uuid.uuid4().hex[:8]
     scratch = tempfile.TemporaryDirectory(prefix="specround-bench-")
+    stack = ExitStack()
     schema = None
     cases: list[_Case] = []
     try:
@@ -522,9 +540,8 @@ def run_controller_bench(
                     if backend == "sqlite":
                         where = str(Path(scratch.name) / f"{api}-b{size}.sqlite")
                     cases.append(_open_case(backend, where, size, api, rows, run_id, forward_ms / 1e3))
-        if froze_gc:
-            gc.collect()
-            gc.freeze()
+        stack.enter_context(serving_collector(freeze_gc))  # a heap the caller froze stays as it is
+        heap_frozen = gc.get_freeze_count() > 0
         for repetition in range(warmup + repeats):
             for case in cases:
                 case.run(max(1, rounds_per_repetition // case.batch_size), record=repetition >= warmup)
@@ -551,6 +568,8 @@ def run_controller_bench(
                     over_memory=wall / memory[(case.api, case.batch_size)],
                     mean_emitted=case.emitted / max(1, case.rounds),
                     forward_ms=case.forward_s * 1e3,
+                    gc_us_per_round=statistics.median(case.collector),
+                    gc_longest_ms=case.collector_longest_s * 1e3,
                 )
             )
         largest = max(batch_sizes)
@@ -565,7 +584,7 @@ def run_controller_bench(
             warmup=warmup,
             seed=seed,
             torch_threads=torch.get_num_threads(),
-            gc_frozen=freeze_gc,
+            gc_frozen=heap_frozen,
             device=device_name(on_device),
             machine=platform.machine() or "unknown",
             load_average=os.getloadavg(),
@@ -586,8 +605,7 @@ def run_controller_bench(
             _drop_postgres_schema(postgres_url, schema)
         scratch.cleanup()
         torch.set_num_threads(previous_threads)
-        if froze_gc:
-            gc.unfreeze()
+        stack.close()
 
 
 def _verdicts(

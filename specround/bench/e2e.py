@@ -29,7 +29,9 @@ prompt prefill included, model loading excluded, measured twice: wall clock, and
 (with one torch thread, the compute the generation itself used; on a shared machine it is far less
 disturbed by other load than the wall clock). Ratios are medians of *paired* ratios (same prompt, seed and
 repetition, run back to back); the targets are judged on CPU-time ratios, with the wall-clock ratios
-reported beside them. Generation stops at EOS or the token budget in both engines.
+reported beside them. Generation stops at EOS or the token budget in both engines. Once both models are
+loaded, the heap is frozen for the timed runs of both engines alike
+(:func:`~specround.serving.collector.serving_collector`, as ``specround generate`` runs).
 
 For specround cases the report puts the measured acceptance (accepted / proposed, ``alpha_j^reach``) and
 the speedup ledger's *predicted* seconds per token beside the measured ones: predicted = mean logged round
@@ -57,6 +59,7 @@ from specround.errors import InvalidRequestError
 from specround.ledger import expected_progress, survival_from_reach
 from specround.sampling.processors.processor_chain import sampling_chain
 from specround.sampling.types import Layout
+from specround.serving.collector import serving_collector
 from specround.serving.drafts import (
     DraftSpec,
     build_proposer,
@@ -495,7 +498,7 @@ def run_e2e_bench(
         if copy_draft is not None:
             cases.append(_Case(f"transformers assistant K={k}", "transformers", "assistant", str(k)))
 
-    with tempfile.TemporaryDirectory(prefix="specround-e2e-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="specround-e2e-") as scratch, serving_collector():
         ours = _Specround(bundle, drafts, Path(scratch) / "e2e.sqlite", layout)
         stop_ids = ours.stop_ids
 

@@ -33,6 +33,7 @@ from specround.adapters.sql.probe import probe_sqlite_file
 from specround.errors import InvalidRequestError, ModelLoadError
 from specround.sampling.processors.processor_chain import ProcessorChain, sampling_chain
 from specround.sampling.types import Layout
+from specround.serving.collector import serving_collector
 from specround.serving.drafts import (
     DraftSpec,
     build_proposer,
@@ -306,7 +307,8 @@ class GenerationSession:
                 )
             )
             try:
-                loop.run()
+                with serving_collector():  # the model and libraries are loaded: out of the collector's way
+                    loop.run()
             finally:
                 loop.close()
                 controller.close()

@@ -3,6 +3,7 @@ the ``--json`` shape."""
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -12,7 +13,9 @@ from typer.testing import CliRunner
 from specround.cli import app
 from specround.errors import InvalidRequestError, ModelLoadError, UnknownProposerError
 from specround.serving.drafts import parse_draft_spec
+from specround.serving.loop import ServingLoop
 from specround.serving.session import GenerateOptions, TextStream, parse_draft_length, prepare_session
+from specround.statemachine.state import RequestState
 
 runner = CliRunner()
 
@@ -86,8 +89,17 @@ def test_early_exit_depth_is_checked_against_the_model(tmp_path: Path) -> None:
 
 
 @pytest.mark.real_model
-def test_json_run_audits_clean(tmp_path: Path) -> None:
+def test_json_run_audits_clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = tmp_path / "logs" / "run.sqlite"
+    frozen_while_serving: list[int] = []
+    serve = ServingLoop.run
+
+    def run(loop: ServingLoop, max_steps: int | None = None) -> dict[str, RequestState]:
+        frozen_while_serving.append(gc.get_freeze_count())
+        return serve(loop, max_steps)
+
+    monkeypatch.setattr(ServingLoop, "run", run)
+    assert gc.get_freeze_count() == 0
     result = runner.invoke(
         app,
         [
@@ -109,6 +121,9 @@ def test_json_run_audits_clean(tmp_path: Path) -> None:
         ],
     )
     assert result.exit_code == 0, result.stderr
+    # The loaded model and libraries were out of the collector's way while the loop ran, and only then.
+    assert len(frozen_while_serving) == 1 and frozen_while_serving[0] > 0
+    assert gc.get_freeze_count() == 0
     report = json.loads(result.stdout)
     expected = {
         "request_id", "log", "text", "model", "draft", "proposer", "k", "layout", "seed", "finish_reason",
