@@ -28,6 +28,7 @@ from typing import Any
 
 from specround.canonical import GENESIS_HASH, canonical_bytes
 from specround.errors import LogIntegrityError, SpecroundError
+from specround.statemachine.commit_record import commit_values
 from specround.statemachine.events import EVENT_SCHEMA_VERSION, ROUND_EVENT_KINDS, RequestOpened, parse_event
 from specround.statemachine.ports import EventLog, StoredEvent, StoredRound, stored_items
 from specround.statemachine.records import assemble, record_digest_of
@@ -358,25 +359,25 @@ class _Fold:
         assert self.round_id is not None
         commit_digest = record_digest_of(
             SpeculativeCommit,
-            {
-                "request_id": self.request_id,
-                "round_id": self.round_id,
-                "expected_generation": s0.generation,
-                "layout": self.config.layout,
-                "accepted_draft_count": accepted,
-                "terminal_kind": terminal,
-                "emitted_token_ids": emitted,
-                "committed_kv_token_ids": kv.committed_token_ids,
-                "discarded_kv_token_ids": kv.discarded_token_ids,
-                "rng_before": rng_before,
-                "rng_after": rng_after_tuple,
-                "processor_before_hash": s0.processors_digest,
-                "processor_after_hash": successor.state.processors_digest,
-                "finished": finished,
-                "finish_reason": reason,
-                "coordinate_digest": ready["coordinate_digest"],
-                "successor_digest": successor.digest,
-            },
+            commit_values(
+                request_id=self.request_id,
+                round_id=self.round_id,
+                expected_generation=s0.generation,
+                layout=self.config.layout,
+                accepted=accepted,
+                terminal=terminal,
+                emitted=emitted,
+                committed_kv=kv.committed_token_ids,
+                discarded_kv=kv.discarded_token_ids,
+                rng_before=rng_before,
+                rng_after=rng_after_tuple,
+                processor_before=s0.processors_digest,
+                processor_after=successor.state.processors_digest,
+                finished=finished,
+                finish_reason=reason,
+                coordinate_digest=ready["coordinate_digest"],
+                successor_digest=successor.digest,
+            ),
         )
         if published["commit_digest"] != commit_digest:
             raise fail("the commit digest does not match the round's events")

@@ -38,6 +38,7 @@ from specround.statemachine.batching import (
     rows_digest,
     signed64,
 )
+from specround.statemachine.commit_record import commit_values
 from specround.statemachine.events import (
     EVENT_SCHEMA_VERSION,
     RoundPublished,
@@ -743,27 +744,27 @@ def _build_publication(rnd: RoundWork) -> None:
     request_id, round_id = rnd.request_id, rnd.round_id
     generation = s0.generation
     processors_after = successor.state.processors_digest
-    commit_values = {
-        "request_id": request_id,
-        "round_id": round_id,
-        "expected_generation": generation,
-        "layout": rnd.live.config.layout,
-        "accepted_draft_count": decided.accepted,
-        "terminal_kind": decided.terminal,
-        "emitted_token_ids": decided.emitted_ids,
-        "committed_kv_token_ids": kv.committed_token_ids,
-        "discarded_kv_token_ids": kv.discarded_token_ids,
-        "rng_before": rng_before,
-        "rng_after": rng_after,
-        "processor_before_hash": s0.processors_digest,
-        "processor_after_hash": processors_after,
-        "finished": finished,
-        "finish_reason": finish_reason,
-        "coordinate_digest": rnd.coordinate_digest,
-        "successor_digest": successor.digest,
-    }
-    commit_digest = record_digest_of(SpeculativeCommit, commit_values)
-    rnd.commit = assemble(SpeculativeCommit, commit_values)
+    commit = commit_values(
+        request_id=request_id,
+        round_id=round_id,
+        expected_generation=generation,
+        layout=rnd.live.config.layout,
+        accepted=decided.accepted,
+        terminal=decided.terminal,
+        emitted=decided.emitted_ids,
+        committed_kv=kv.committed_token_ids,
+        discarded_kv=kv.discarded_token_ids,
+        rng_before=rng_before,
+        rng_after=rng_after,
+        processor_before=s0.processors_digest,
+        processor_after=processors_after,
+        finished=finished,
+        finish_reason=finish_reason,
+        coordinate_digest=rnd.coordinate_digest,
+        successor_digest=successor.digest,
+    )
+    commit_digest = record_digest_of(SpeculativeCommit, commit)
+    rnd.commit = assemble(SpeculativeCommit, commit)
     q_digest, p_digest = rnd.row_digests if rnd.row_digests is not None else (None, None)
     rnd.publication = RoundPublication(
         request_id,
