@@ -75,6 +75,11 @@ class PublishedRound:
 
     generation: int
     commit_digest: str
+    """Its commit digest (hex), or the first bytes of it where the log keeps only those (a SQL row)."""
+
+    def commits(self, digest: str) -> bool:
+        """Whether ``digest`` is this round's commit digest (a retry of the same transaction)."""
+        return digest.startswith(self.commit_digest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +189,7 @@ def plan_publish(
             raise InvalidRequestError(f"request {pub.request_id!r} was never opened in this log")
         earlier = known.get((pub.request_id, pub.round_id))
         if earlier is not None:
-            if earlier.commit_digest == pub.commit_digest:
+            if earlier.commits(pub.commit_digest):
                 status, generation = PublishStatus.ALREADY_PUBLISHED, earlier.generation
             else:
                 status, generation = PublishStatus.DUPLICATE_ROUND, head.generation

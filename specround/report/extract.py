@@ -137,7 +137,7 @@ def _round_query(postgres: bool, filters: ReportFilter) -> tuple[str, list[Any]]
         where.append(f"r.recorded_at < {mark}")
         parameters.append(float(filters.until))
     sql = (
-        "SELECT q.request_id, r.recorded_at, r.generation, r.round_id, r.commit_digest, r.body FROM rounds r "
+        "SELECT q.request_id, r.recorded_at, r.generation, r.round_id, r.body FROM rounds r "
         f"JOIN requests q ON q.request_no = r.request_no WHERE {' AND '.join(where)}"
     )
     return sql, parameters
@@ -187,14 +187,15 @@ def sql_round_rows(log: SqlEventLog, filters: ReportFilter | None = None) -> Ite
         with connection.begin():
             admitted = _admitted_by_model(connection, postgres, filters)
             result = connection.exec_driver_sql(sql, tuple(parameters))
-            for request_id, recorded_at, generation, round_id, commit, body in result:
+            for request_id, recorded_at, generation, round_id, body in result:
                 if admitted is not None and request_id not in admitted:
                     continue
                 try:
-                    # The report reads no processor digest: a reference to the previous round's is
-                    # filled with a placeholder instead of reading rows in order.
+                    # The report reads neither processor nor commit digests: a reference to the previous
+                    # round's processor digest, and the commit digest (which the row keeps only the
+                    # first bytes of), get placeholders instead of reading rows in order.
                     events = decode_round(
-                        bytes(body), request_id, round_id, int(generation), bytes(commit).hex(), _NO_DIGEST
+                        bytes(body), request_id, round_id, int(generation), _NO_DIGEST, _NO_DIGEST
                     )
                     parts = {str(event.get("kind")): event for event in events}
                     yield _row_from_payloads(request_id, float(recorded_at), parts)

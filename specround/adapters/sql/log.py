@@ -85,7 +85,7 @@ from specround.adapters.sql.rows import (
     row_blob,
     row_id,
 )
-from specround.adapters.sql.tables import PREV_LINK_BYTES
+from specround.adapters.sql.tables import COMMIT_PREFIX_BYTES, PREV_LINK_BYTES
 from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash
 from specround.errors import (
     InvalidRequestError,
@@ -315,7 +315,8 @@ def _encode(prepared: PreparedRound, tail: tuple[str, str] | None) -> _Encoded:
         prepared.payloads,
         None if tail is None else tail[1],
     )
-    return _Encoded(prepared, body, bytes.fromhex(pub.commit_digest), None if tail is None else tail[0])
+    commit = bytes.fromhex(pub.commit_digest)[:COMMIT_PREFIX_BYTES]  # the reader rebuilds the rest
+    return _Encoded(prepared, body, commit, None if tail is None else tail[0])
 
 
 class SqlEventLog:
@@ -833,7 +834,12 @@ class SqlEventLog:
             flat = tuple(value for pair in chunk for value in _round_keys(pair, numbers))
             for row in cursor.run(self._sql.rounds(len(chunk)), flat).fetchall():
                 request_id, generation, commit = ids[int(row[0])], int(row[2]), bytes(row[3]).hex()
-                round_id = row[1] or derived_id_of_body(bytes(row[4]), request_id, generation, commit)
+                if len(commit) < 2 * COMMIT_PREFIX_BYTES:
+                    raise LogIntegrityError(
+                        f"request {request_id!r}: the round at generation {generation} stores a "
+                        f"{len(commit) // 2}-byte commit digest; audit the log"
+                    )
+                round_id = row[1] or derived_id_of_body(bytes(row[4]), request_id, generation)
                 if round_id:
                     known[(request_id, round_id)] = PublishedRound(generation, commit)
         return known

@@ -22,7 +22,8 @@ Layout (little-endian). Byte 0 is the form:
     equals the previous round's ``processor_after`` (flagged; the reader passes that digest in). The event
     kinds, the request and round ids, the schema version and the commit digest are implied by the row (a
     round id the row stores as ``''`` is the round's derived id, rebuilt from its coordinate digest and
-    drafts: :func:`decode_round`).
+    drafts; a commit digest of which the row keeps only the first bytes is rebuilt from the events:
+    :func:`decode_round`).
 ``RAW`` (2)
     the five canonical JSON texts, each preceded by its ``uint32`` length (for events whose shape the
     compact form does not cover, e.g. an older schema version or a value outside its types).
@@ -53,7 +54,9 @@ from collections.abc import Mapping, Sequence
 from itertools import compress
 from typing import Any
 
+from specround.adapters.sql.tables import COMMIT_PREFIX_BYTES
 from specround.errors import LogIntegrityError
+from specround.statemachine.commit_record import commit_digest_of_events
 from specround.statemachine.events import EVENT_SCHEMA_VERSION, ROUND_EVENT_KINDS
 from specround.statemachine.round_ids import derived_round_id
 
@@ -561,7 +564,11 @@ def decode_round(
     """The five events of a round as canonical JSON objects (what ``load(canonical_bytes(event))`` gives).
 
     ``previous_processor`` is the previous round's ``processor_after`` (needed when the body refers to
-    it). An empty ``round_id`` stands for the round's derived id
+    it). ``commit_digest`` is the round's whole commit digest (64 hex) or, as a row written since migration
+    0008 keeps it, its first :data:`~specround.adapters.sql.tables.COMMIT_PREFIX_BYTES` bytes: a compact
+    body's digest is then rebuilt from its events
+    (:func:`~specround.statemachine.commit_record.commit_digest_of_events`), and must begin with them. An
+    empty ``round_id`` stands for the round's derived id
     (:func:`~specround.statemachine.round_ids.derived_round_id`), which a compact body's events then carry;
     a ``RAW`` body's texts carry their own. Raises :class:`~specround.errors.LogIntegrityError` for a body
     that cannot be read.
@@ -578,12 +585,32 @@ def decode_round(
                 derived = derived_round_id(generation - 1, ready["coordinate_digest"], ready["draft_ids"])
                 for event in events:
                     event["round_id"] = derived
+            if len(commit_digest) != 64:  # the row keeps the digest's first bytes: rebuilt from the events
+                events[4]["commit_digest"] = _full_commit_digest(events, commit_digest)
             return events
     except (IndexError, ValueError, TypeError, KeyError, struct.error) as exc:
         raise LogIntegrityError(
             f"request {request_id!r} round {round_id!r}: unreadable stored round ({exc})"
         ) from exc
     raise LogIntegrityError(f"request {request_id!r} round {round_id!r}: unknown stored round form {form}")
+
+
+def _full_commit_digest(events: list[dict[str, Any]], prefix: str) -> str:
+    """The commit digest of a compact round whose row stores only its first bytes (``prefix``, hex).
+
+    A prefix that begins no commit of the events (an edited body or column) comes back padded with
+    ``-``: the rebuilt ``round_published`` event then fails its hash link, and the audit names the edit.
+    """
+    if len(prefix) != 2 * COMMIT_PREFIX_BYTES:
+        raise ValueError(
+            f"the stored commit digest holds {len(prefix) // 2} bytes, not {COMMIT_PREFIX_BYTES} or 32"
+        )
+    digest = commit_digest_of_events(events[0], events[2], events[3], prefix)
+    return prefix + _UNRESOLVED_COMMIT if digest is None else digest
+
+
+_UNRESOLVED_COMMIT = "-" * (64 - 2 * COMMIT_PREFIX_BYTES)
+"""Pads a stored commit prefix that begins no commit digest of its round's events."""
 
 
 def raw_payloads(body: bytes) -> list[bytes] | None:

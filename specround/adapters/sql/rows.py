@@ -303,14 +303,14 @@ def _round_payloads(
     return objects, list(raw), defects, round_id or _derived_id(objects[0], generation)
 
 
-def derived_id_of_body(body: bytes, request_id: str, generation: int, commit: str) -> str:
+def derived_id_of_body(body: bytes, request_id: str, generation: int) -> str:
     """The derived id of a stored round whose ``round_id`` column is ``''`` (``''`` if it cannot be read).
 
     Only the round's ``round_ready`` values are read: a reference to the previous round's processor
-    digest gets a stand-in.
+    digest, and the commit digest, get stand-ins.
     """
     try:
-        return _round_payloads(body, request_id, "", generation, commit, _STAND_IN_DIGEST)[3]
+        return _round_payloads(body, request_id, "", generation, _STAND_IN_DIGEST, _STAND_IN_DIGEST)[3]
     except ValueError:
         return ""
 

@@ -16,10 +16,11 @@ metadata is what the log queries against, and a test checks that it matches what
     ``payload`` left ``''`` (migration 0006; rows written before keep their text).
 ``rounds``
     One row per published round holding all five of its lifecycle events (seqs ``5g - 4 .. 5g`` of
-    generation ``g``): the round id, commit digest and time as columns, ``prev_hash`` (the chain link the
-    round extends, its first :data:`PREV_LINK_BYTES` bytes) and ``hash`` (the link of its ``round_published``
-    event, 32 raw bytes), and the
-    events' values in ``body`` (:mod:`specround.adapters.sql.round_body`). The links between the five
+    generation ``g``): the round id and time as columns, ``commit_digest`` (the first
+    :data:`COMMIT_PREFIX_BYTES` bytes of the round's commit digest, migration 0008: the reader rebuilds the
+    digest from the events), ``prev_hash`` (the chain link the round extends, its first
+    :data:`PREV_LINK_BYTES` bytes) and ``hash`` (the link of its ``round_published`` event, 32 raw bytes),
+    and the events' values in ``body`` (:mod:`specround.adapters.sql.round_body`). The links between the five
     events are recomputed from the rebuilt canonical bytes on reading. A round id the controller derived
     (:mod:`specround.statemachine.round_ids`) is stored as ``''`` and rebuilt from the body (migration
     0005). Its primary key (request, generation) and unique index (request, round id, over the ids stored
@@ -56,6 +57,7 @@ from sqlalchemy import (
 from sqlalchemy.types import TypeEngine
 
 __all__ = [
+    "COMMIT_PREFIX_BYTES",
     "HASH_LENGTH",
     "ID_LENGTH",
     "KIND_LENGTH",
@@ -77,6 +79,11 @@ KIND_LENGTH = 32
 PREV_LINK_BYTES = 8
 """Bytes of the link a stored round extends that its row keeps (the reader resolves them to the full hash
 of the stored round, or ``request_opened`` event, whose hash starts with them)."""
+
+COMMIT_PREFIX_BYTES = 8
+"""Bytes of a round's commit digest that its row keeps (migration 0008): the reader rebuilds the digest
+from the round's events, and these bytes must begin it; the fence compares them when a round id comes
+back. A row written before keeps all 32 (a digest its events did not rebuild stays that way)."""
 
 
 def identifier_type() -> TypeEngine[str]:

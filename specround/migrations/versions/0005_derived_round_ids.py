@@ -58,13 +58,13 @@ def upgrade() -> None:
 def downgrade() -> None:
     connection = op.get_bind()
     select = sa.text(
-        "SELECT r.request_no, r.generation, r.commit_digest, r.body, q.request_id FROM rounds r "
+        "SELECT r.request_no, r.generation, r.body, q.request_id FROM rounds r "
         f"LEFT JOIN requests q ON q.request_no = r.request_no WHERE r.round_id = '' LIMIT {_BATCH}"
     )
     # A batch at a time (bounded memory): each batch's rows leave the selection as they are written back.
     while empty := connection.execute(select).all():
-        for number, generation, commit, body, request_id in empty:
-            round_id = derived_id_of_body(bytes(body), str(request_id), int(generation), bytes(commit).hex())
+        for number, generation, body, request_id in empty:
+            round_id = derived_id_of_body(bytes(body), str(request_id), int(generation))
             if not round_id:
                 raise LogIntegrityError(
                     f"cannot downgrade: the round at generation {generation} of request {request_id!r} has "

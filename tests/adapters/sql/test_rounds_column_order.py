@@ -56,7 +56,7 @@ def test_a_0006_table_is_rebuilt_aligned_with_its_rows_and_keys(postgres_url: st
         before = list(log.events())
         _as_written_by_0006(log)
         assert _columns(log)[2:4] == ["round_id", "recorded_at"]
-    assert upgrade_database(postgres_url).current == "0007"
+    assert upgrade_database(postgres_url).current == "0008"
     with SqlEventLog.open(postgres_url, create=False) as log:
         assert _columns(log) == _NEW_ORDER
         assert list(log.events()) == before

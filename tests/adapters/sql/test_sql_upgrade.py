@@ -204,7 +204,7 @@ def test_a_signed_0002_log_upgrades_with_its_signatures_still_valid(sqlite_path:
             ],
         )
     connection.close()
-    assert upgrade_database(sqlite_path).current == head_revision() == "0007"
+    assert upgrade_database(sqlite_path).current == head_revision() == "0008"
     with SqlEventLog.open(sqlite_path, create=False) as log:
         assert audit_log(log).ok
         assert audit_signatures(log, signer) == []
