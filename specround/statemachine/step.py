@@ -65,7 +65,7 @@ from specround.statemachine.uniform_cache import batch_uniforms
 from specround.statemachine.work import LastRound, RoundWork
 from specround.statemachine.writer import RoundKey, WriteKey
 
-__all__ = ["Step", "StepFsm", "StepSettings", "refused_result"]
+__all__ = ["Step", "StepFsm", "StepSettings", "refused_result", "unacknowledged_result"]
 
 _HOST = torch.device("cpu")
 
@@ -150,11 +150,26 @@ def refused_result(
     request_id: str, round_id: str | None, error: SpecroundError, generation: int
 ) -> RoundResult:
     """The result of a proposal refused before its round opened."""
+    return _stateless(request_id, round_id, RoundStatus.ABORTED, error, generation)
+
+
+def unacknowledged_result(
+    request_id: str, round_id: str, error: SpecroundError, generation: int
+) -> RoundResult:
+    """The result of a round that is durable but whose acknowledgement was lost (F-6)."""
+    return _stateless(request_id, round_id, RoundStatus.UNACKNOWLEDGED, error, generation)
+
+
+def _stateless(
+    request_id: str, round_id: str | None, status: RoundStatus, error: SpecroundError, generation: int
+) -> RoundResult:
+    """A result that carries no state: refused (``ABORTED``) or unacknowledged (``PUBLISHED``)."""
+    phase = RoundPhase.PUBLISHED if status is RoundStatus.UNACKNOWLEDGED else RoundPhase.ABORTED
     return RoundResult(
         request_id=request_id,
         round_id=round_id,
-        status=RoundStatus.ABORTED,
-        phase=RoundPhase.ABORTED,
+        status=status,
+        phase=phase,
         generation=generation,
         state=None,
         error=error,
@@ -399,15 +414,7 @@ class Step:
         for rnd in self._live_rounds():
             if rnd.phase is RoundPhase.PUBLISHED:  # already durable: only the acknowledgement is lost
                 rnd.live.in_flight = False
-                rnd.result = RoundResult(
-                    request_id=rnd.request_id,
-                    round_id=rnd.round_id,
-                    status=RoundStatus.UNACKNOWLEDGED,
-                    phase=RoundPhase.PUBLISHED,
-                    generation=rnd.generation,
-                    state=None,
-                    error=error,
-                )
+                rnd.result = unacknowledged_result(rnd.request_id, rnd.round_id, error, rnd.generation)
             else:
                 self._abort_round(rnd, error)
         if self._fsm.state is not RoundPhase.PUBLISHED:
@@ -659,14 +666,8 @@ class Step:
             self._settings.fault(FaultPoint.AFTER_PUBLICATION, rnd)
         except InjectedFaultError as error:
             rnd.error = error
-            rnd.result = RoundResult(
-                request_id=rnd.request_id,
-                round_id=rnd.round_id,
-                status=RoundStatus.UNACKNOWLEDGED,
-                phase=RoundPhase.PUBLISHED,
-                generation=successor.state.generation,
-                state=None,
-                error=error,
+            rnd.result = unacknowledged_result(
+                rnd.request_id, rnd.round_id, error, successor.state.generation
             )
             return
         rnd.result = self._published_result(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 from alembic import command
 from sqlalchemy import text
@@ -15,15 +13,14 @@ from specround.adapters.sql.tables import COMMIT_PREFIX_BYTES
 from specround.audit import audit_log
 from specround.sampling.types import Layout
 from specround.statemachine.controller import RoundController
-from specround.statemachine.forwarding_log import ForwardingLog
 from specround.statemachine.ports import (
     EventLog,
-    PublishOutcome,
     PublishStatus,
     RoundPublication,
     StoredEvent,
 )
 from specround.statemachine.rounds import RoundInput
+from tests.adapters.capturing_log import CapturingLog
 
 V, K = 32, 3
 _PROCESSORS = [{"kind": "temperature", "params": {"temperature": 0.7}}]
@@ -126,21 +123,9 @@ def test_a_0007_log_upgrades_to_prefixes_and_downgrades_back_whole(log_url: str)
         assert audit_log(log).ok
 
 
-class _Capturing(ForwardingLog):
-    """Forwards every call and keeps the publications it was asked to publish."""
-
-    def __init__(self, inner: EventLog) -> None:
-        super().__init__(inner)
-        self.sent: list[RoundPublication] = []
-
-    def publish(self, publications: Sequence[RoundPublication]) -> list[PublishOutcome]:
-        self.sent.extend(publications)
-        return self.inner.publish(publications)
-
-
 def _first_round(log: EventLog, seed: int) -> RoundPublication:
     """The publication of round ``r-1`` of request ``fenced``, its drafts drawn with ``seed``."""
-    capturing = _Capturing(log)
+    capturing = CapturingLog(log)
     controller = RoundController(capturing)
     controller.open_request([1, 2], seed=3, max_new_tokens=8, vocab_size=V, request_id="fenced")
     gen = torch.Generator().manual_seed(seed)

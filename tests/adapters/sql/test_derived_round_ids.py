@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
 import pytest
 import torch
@@ -18,7 +17,6 @@ from specround.audit import audit_log
 from specround.errors import InvalidRequestError
 from specround.statemachine.controller import RoundController
 from specround.statemachine.events import EVENT_SCHEMA_VERSION
-from specround.statemachine.forwarding_log import ForwardingLog
 from specround.statemachine.ports import (
     EventLog,
     PublishOutcome,
@@ -29,23 +27,12 @@ from specround.statemachine.ports import (
 )
 from specround.statemachine.round_ids import check_round_id, derived_generation, derived_round_id
 from specround.statemachine.rounds import RoundInput
+from tests.adapters.capturing_log import CapturingLog
 from tests.adapters.eventlog_contract import opened
 from tests.adapters.synthetic_rounds import build_round
 
 V, K = 16, 2
 REQUEST = "derived-ids"
-
-
-class _Capturing(ForwardingLog):
-    """Forwards every call and keeps the publications it was asked to publish."""
-
-    def __init__(self, inner: EventLog) -> None:
-        super().__init__(inner)
-        self.sent: list[RoundPublication] = []
-
-    def publish(self, publications: Sequence[RoundPublication]) -> list[PublishOutcome]:
-        self.sent.extend(publications)
-        return self.inner.publish(publications)
 
 
 def _rows(first_draft_mass: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -58,7 +45,7 @@ def _rows(first_draft_mass: float) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 def _round(log: EventLog, first_draft_mass: float, round_id: str | None = None) -> RoundPublication:
     """One round of a fresh controller over ``log``: the publication it sent."""
-    capturing = _Capturing(log)
+    capturing = CapturingLog(log)
     controller = RoundController(capturing)
     controller.open_request([1, 2, 3], seed=5, max_new_tokens=64, vocab_size=V, request_id=REQUEST)
     drafts, q, p = _rows(first_draft_mass)
@@ -113,7 +100,7 @@ def test_a_callers_id_of_the_reserved_form_is_refused_unless_it_is_the_derived_o
         _round(log, 0.5, round_id=derived)  # naming a round by its own derived id is fine
         assert _stored_ids(log) == [(1, "")]
         other = derived_round_id(0, "cd" * 32, (0, 1))  # the form, but another round's id
-        follow = _Capturing(log)
+        follow = CapturingLog(log)
         controller = RoundController(follow)
         controller.open_request([1, 2, 3], seed=5, max_new_tokens=64, vocab_size=V, request_id=REQUEST)
         drafts, q, p = _rows(0.5)
