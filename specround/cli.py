@@ -197,7 +197,7 @@ def bench_controller(
         None,
         "--postgres-url",
         envvar="SPECROUND_BENCH_POSTGRES_URL",
-        help="Also time PostgreSQL (in a scratch schema, dropped afterwards).",
+        help="Also time PostgreSQL (each case in a scratch schema, dropped afterwards).",
     ),
     batch_sizes: str = typer.Option("1,64,256,1024", help="Comma-separated batch sizes B."),
     rounds: int = typer.Option(1024, min=1, help="Request-rounds per case and repetition."),

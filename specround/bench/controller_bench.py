@@ -45,10 +45,11 @@ Replay is measured on each SQL log the cases wrote: ``stream_events_per_s`` iter
 with :func:`~specround.statemachine.replay.replay_log` (hash links recomputed from the canonical payloads);
 ``audit_events_per_s`` runs :func:`~specround.audit.audit_log` (chains, replay, every decision re-derived).
 ``bytes_per_round`` is the log's size on disk (the SQLite file after a WAL checkpoint; PostgreSQL's
-tables with their indexes) over the rounds it holds. The logs replayed are the largest B's (many short
-requests: each request's opening event weighs on the size) and, on SQLite, B = 1's (one long request, the
-shape of a ``generate`` log). ``round_bytes_per_round`` and ``request_bytes_per_request`` split that size
-into what each round and each request add (SQLite's ``dbstat`` table, PostgreSQL's relation sizes), so
+tables with their indexes) over the rounds it holds. Each SQL case writes a log of its own (a SQLite file,
+a PostgreSQL scratch schema). The logs replayed are the largest B's (many short requests: each request's
+opening event weighs on the size) and B = 1's (one long request, the shape of a ``generate`` log).
+``round_bytes_per_round`` and ``request_bytes_per_request`` split that size into what each round and each
+request add (SQLite's ``dbstat`` table, PostgreSQL's relation sizes), so
 that the size of a log of longer or shorter requests follows: about ``round + request / rounds per
 request`` bytes per round.
 """
@@ -392,20 +393,13 @@ def _replay(backend: str, batch_size: int, log: EventLog, repeats: int) -> Repla
 
 
 def _replayed(cases: Sequence[_Case], api: str) -> list[_Case]:
-    """The cases whose logs are replayed: the largest B on each SQL backend, and SQLite's B = 1 too.
+    """The cases whose logs are replayed: the largest B and B = 1 on each SQL backend.
 
-    Each SQLite case writes a file of its own, so B = 1's holds one long request (the shape of a
-    ``generate`` log) and the largest B's many short ones. PostgreSQL's cases share one schema: replaying
-    it once covers them all.
+    Each SQL case writes a log of its own (a SQLite file, a PostgreSQL schema), so B = 1's holds one long
+    request (the shape of a ``generate`` log) and the largest B's many short ones.
     """
     largest = max(c.batch_size for c in cases)
-    return [
-        c
-        for c in cases
-        if c.api == api
-        and c.backend != "memory"
-        and (c.batch_size == largest or (c.backend == "sqlite" and c.batch_size == 1))
-    ]
+    return [c for c in cases if c.api == api and c.backend != "memory" and c.batch_size in (1, largest)]
 
 
 def _replay_target(backend: str) -> float:
@@ -524,21 +518,20 @@ def run_controller_bench(
     run_id = uuid.uuid4().hex[:8]
     scratch = tempfile.TemporaryDirectory(prefix="specround-bench-")
     stack = ExitStack()
-    schema = None
+    schemas: list[str] = []
     cases: list[_Case] = []
     try:
-        backends: list[tuple[str, str | None]] = [("memory", None), ("sqlite", None), ("postgresql", None)]
-        if postgres_url is not None:
-            schema, pg_url = _postgres_schema(postgres_url)
-            backends[2] = ("postgresql", pg_url)
-        else:
-            backends.pop()
-        for backend, location in backends:
+        backends = ["memory", "sqlite"] + ([] if postgres_url is None else ["postgresql"])
+        for backend in backends:
             for api in apis:
                 for size in batch_sizes:
-                    where = location
+                    where = None
                     if backend == "sqlite":
                         where = str(Path(scratch.name) / f"{api}-b{size}.sqlite")
+                    elif backend == "postgresql":
+                        assert postgres_url is not None
+                        schema, where = _postgres_schema(postgres_url)
+                        schemas.append(schema)
                     cases.append(_open_case(backend, where, size, api, rows, run_id, forward_ms / 1e3))
         stack.enter_context(serving_collector(freeze_gc))  # a heap the caller froze stays as it is
         heap_frozen = gc.get_freeze_count() > 0
@@ -601,7 +594,8 @@ def run_controller_bench(
     finally:
         for case in cases:
             case.log.close()
-        if schema is not None and postgres_url is not None:
+        for schema in schemas:
+            assert postgres_url is not None
             _drop_postgres_schema(postgres_url, schema)
         scratch.cleanup()
         torch.set_num_threads(previous_threads)

@@ -36,7 +36,7 @@ def _check(report: ControllerBenchReport, backends: set[str], sizes: tuple[int, 
     sqlite = next(c for c in report.cases if c.backend == "sqlite" and c.batch_size == largest)
     assert report.meets_target == (sqlite.us_per_round <= CONTROLLER_TARGET_US)
     assert {r.backend for r in report.replay} == backends - {"memory"}
-    expected = {("sqlite", largest), ("postgresql", largest)} | ({("sqlite", 1)} if 1 in sizes else set())
+    expected = {(backend, size) for backend in ("sqlite", "postgresql") for size in {1, largest} & set(sizes)}
     assert {(r.backend, r.batch_size) for r in report.replay} == {e for e in expected if e[0] in backends}
     for replay in report.replay:
         assert replay.events > replay.requests >= replay.batch_size
