@@ -110,7 +110,7 @@ def db_upgrade(
     from specround.errors import SpecroundError
 
     try:
-        status = upgrade_database(url, revision)
+        status = upgrade_database(url, revision, progress=lambda line: typer.echo(line, err=True))
     except SpecroundError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc

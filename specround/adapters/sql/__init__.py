@@ -7,6 +7,7 @@ and :func:`database_status` back ``specround db upgrade`` / ``specround db curre
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from specround.adapters.sql.engine import DEFAULT_BUSY_TIMEOUT_S, LogLocation, build_engine, parse_location
 from specround.adapters.sql.log import SqlEventLog
@@ -29,17 +30,19 @@ def upgrade_database(
     revision: str = "head",
     *,
     busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    progress: Callable[[str], None] | None = None,
 ) -> SchemaStatus:
     """Migrate the event-log schema at ``url_or_path`` to ``revision`` (creating a SQLite file if needed).
 
-    Another tool's SQLite database, or a file that is not one, is refused untouched.
+    Another tool's SQLite database, or a file that is not one, is refused untouched. ``progress`` receives
+    a line now and then while a migration rewrites the log's rounds.
     """
     location = parse_location(url_or_path)
     if location.sqlite_path is not None:
         probe_sqlite_file(location.sqlite_path)
     engine = build_engine(location, busy_timeout_s=busy_timeout_s)
     try:
-        return upgrade(engine, revision)
+        return upgrade(engine, revision, progress)
     finally:
         engine.dispose()
 

@@ -7,6 +7,7 @@ advisory lock on PostgreSQL, so many workers opening a fresh log at once migrate
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -28,6 +29,7 @@ __all__ = [
     "alembic_config",
     "ensure_schema",
     "head_revision",
+    "report_progress",
     "schema_status",
     "upgrade",
 ]
@@ -54,12 +56,25 @@ class SchemaStatus:
         return self.current == self.head
 
 
-def alembic_config(connection: Connection | None = None) -> Config:
-    """An alembic configuration for the shipped scripts, optionally bound to an open connection."""
+def alembic_config(
+    connection: Connection | None = None, progress: Callable[[str], None] | None = None
+) -> Config:
+    """An alembic configuration for the shipped scripts, optionally bound to an open connection.
+
+    ``progress`` receives a line now and then from a migration that rewrites rows (:func:`report_progress`).
+    """
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.attributes["connection"] = connection
+    config.attributes["progress"] = progress
     return config
+
+
+def report_progress(config: Config | None, line: str) -> None:
+    """Hand ``line`` to the ``progress`` callback the migration run was given (if any)."""
+    progress = None if config is None else config.attributes.get("progress")
+    if progress is not None:
+        progress(line)
 
 
 @cache
@@ -100,8 +115,13 @@ def schema_status(engine: Engine) -> SchemaStatus:
     return SchemaStatus(current=current, head=head_revision())
 
 
-def upgrade(engine: Engine, revision: str = "head") -> SchemaStatus:
-    """Migrate the database up to ``revision`` in one transaction; a no-op when already there."""
+def upgrade(
+    engine: Engine, revision: str = "head", progress: Callable[[str], None] | None = None
+) -> SchemaStatus:
+    """Migrate the database up to ``revision`` in one transaction; a no-op when already there.
+
+    ``progress`` receives a line now and then from a migration that rewrites every round.
+    """
     status = schema_status(engine)
     if revision == "head" and status.up_to_date:
         return status
@@ -109,7 +129,7 @@ def upgrade(engine: Engine, revision: str = "head") -> SchemaStatus:
         with db_errors("migrate the schema"), engine.begin() as connection:
             if connection.dialect.name == "postgresql":
                 connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
-            command.upgrade(alembic_config(connection), revision)
+            command.upgrade(alembic_config(connection, progress), revision)
     except CommandError as exc:
         raise SchemaVersionError(f"cannot migrate the event log to {revision!r}: {exc}") from exc
     return schema_status(engine)

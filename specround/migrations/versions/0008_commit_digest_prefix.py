@@ -28,6 +28,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
+from specround.adapters.sql.migrate import report_progress
 from specround.adapters.sql.round_body import RAW, decode_round, raw_payloads
 from specround.adapters.sql.tables import COMMIT_PREFIX_BYTES
 from specround.canonical import load
@@ -41,6 +42,8 @@ depends_on: str | Sequence[str] | None = None
 
 _PAGE = 500
 """Rows read (and written back) at a time."""
+_REPORT_EVERY = 20_000
+"""Rounds between two progress lines."""
 
 
 def _rows(connection: sa.Connection) -> Iterator[list[Any]]:
@@ -89,7 +92,11 @@ def _walk(connection: sa.Connection) -> Iterator[tuple[Any, int, bytes, list[dic
     """
     current: Any = None
     previous: str | None = None
+    read = 0
     for page in _rows(connection):
+        read += len(page)
+        if read % _REPORT_EVERY < len(page):
+            report_progress(op.get_context().config, f"0008: {read} rounds read")
         for number, generation, round_id, commit, body, request_id in page:
             commit, body = bytes(commit), bytes(body)
             if number != current:
@@ -110,7 +117,9 @@ def _walk(connection: sa.Connection) -> Iterator[tuple[Any, int, bytes, list[dic
 def upgrade() -> None:
     connection = op.get_bind()
     updates: list[dict[str, Any]] = []
+    rounds = shortened = 0
     for number, generation, commit, events in _walk(connection):
+        rounds += 1
         if len(commit) != 32 or events is None:
             continue  # unreadable: the audit names it, and its digest stays whole
         if events[4].get("commit_digest") != commit.hex():
@@ -118,10 +127,15 @@ def upgrade() -> None:
         rebuilt = commit_digest_of_events(events[0], events[2], events[3], commit.hex())
         if rebuilt == commit.hex():
             updates.append({"c": commit[:COMMIT_PREFIX_BYTES], "n": number, "g": generation})
+            shortened += 1
         if len(updates) >= _PAGE:
             _write(connection, updates)
             updates = []
     _write(connection, updates)
+    report_progress(
+        op.get_context().config,
+        f"0008: {shortened} of {rounds} rounds keep the first bytes of their commit digest",
+    )
 
 
 def downgrade() -> None:

@@ -112,8 +112,10 @@ def test_a_0007_log_upgrades_to_prefixes_and_downgrades_back_whole(log_url: str)
         # A row whose events do not rebuild its digest keeps all 32 bytes through the upgrade.
         wrong = bytes(32)
         _set_commit(log, wrong)
+        lines: list[str] = []
         with log.engine.begin() as connection:
-            command.upgrade(alembic_config(connection), "head")
+            command.upgrade(alembic_config(connection, lines.append), "head")
+        assert lines == ["0008: 7 of 8 rounds keep the first bytes of their commit digest"]
         expected = [digest[:COMMIT_PREFIX_BYTES] for digest in whole]
         expected[4] = wrong
         assert _stored_commits(log) == expected

@@ -134,7 +134,10 @@ def test_specround_log_prints_what_the_0001_release_printed(tmp_path: Path, name
     rows = _fixture_rows(name)
     _load_at_0001(path, rows)
     runner = CliRunner()
-    assert runner.invoke(app, ["db", "upgrade", path]).exit_code == 0
+    upgraded = runner.invoke(app, ["db", "upgrade", path])
+    assert upgraded.exit_code == 0
+    published = len(rows["publications"])
+    assert f"0008: {published} of {published} rounds keep the first bytes" in upgraded.stderr
     request_args = [arg for row in sorted(rows["requests"]) for arg in ("--request", row[0])]
     result = runner.invoke(app, ["log", path, "--json", *request_args])
     assert result.exit_code == 0, result.output
