@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import torch
 from alembic import command
 from sqlalchemy import text
 
 from specround.adapters.memory_log import MemoryEventLog
-from specround.adapters.sql import SqlEventLog
+from specround.adapters.sql import SqlEventLog, database_status, head_revision, upgrade_database
 from specround.adapters.sql.migrate import alembic_config
 from specround.adapters.sql.tables import COMMIT_PREFIX_BYTES
 from specround.audit import audit_log
@@ -154,3 +158,22 @@ def test_the_fence_tells_a_retry_from_another_round_by_the_stored_prefix(log_url
         (conflict,) = log.publish([other])
         assert conflict.status is PublishStatus.DUPLICATE_ROUND
         assert len(_stored_commits(log)) == 1
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_a_generate_log_written_at_0007_upgrades_and_reads_back_unchanged(tmp_path: Path) -> None:
+    """Both layouts and a processor whose state moves: every digest is rebuilt, every event read as before."""
+    path = tmp_path / "v0007.sqlite"
+    shutil.copyfile(FIXTURES / "v0007_generate.sqlite", path)
+    assert database_status(str(path)).current == "0007"
+    lines: list[str] = []
+    assert upgrade_database(str(path), progress=lines.append).current == head_revision()
+    assert lines == ["0008: 94 of 94 rounds keep the first bytes of their commit digest"]
+    expected = json.loads((FIXTURES / "v0007_generate.events.json").read_text())
+    with SqlEventLog.open(str(path), create=False) as log:
+        assert {len(commit) for commit in _stored_commits(log)} == {COMMIT_PREFIX_BYTES}
+        read = [[e.request_id, e.seq, e.kind, e.round_id, e.generation, e.hash] for e in log.events()]
+        assert read == expected
+        assert audit_log(log).ok
