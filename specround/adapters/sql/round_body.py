@@ -567,7 +567,8 @@ def decode_round(
     it). ``commit_digest`` is the round's whole commit digest (64 hex) or, as a row written since migration
     0008 keeps it, its first :data:`~specround.adapters.sql.tables.COMMIT_PREFIX_BYTES` bytes: a compact
     body's digest is then rebuilt from its events
-    (:func:`~specround.statemachine.commit_record.commit_digest_of_events`), and must begin with them. An
+    (:func:`~specround.statemachine.commit_record.commit_digest_of_events`: the one that begins with
+    them; none does, and the bytes come back padded with ``-``, when the body or the column was edited). An
     empty ``round_id`` stands for the round's derived id
     (:func:`~specround.statemachine.round_ids.derived_round_id`), which a compact body's events then carry;
     a ``RAW`` body's texts carry their own. Raises :class:`~specround.errors.LogIntegrityError` for a body
