@@ -8,14 +8,15 @@ A round's commit digest is the digest of its :class:`~specround.statemachine.sta
 whose values are all in the round's events (the request's layout aside, which the stored prefix picks:
 :func:`~specround.statemachine.commit_record.commit_digest_of_events`). The row therefore keeps only its
 first :data:`~specround.adapters.sql.tables.COMMIT_PREFIX_BYTES` bytes, and the reader rebuilds the rest:
-24 bytes less per round (on PostgreSQL a page then holds 25 rounds instead of 23). The digest stays in the
-hash chain: a rebuilt digest that differs from the one published breaks the round's links. The fence
-compares the stored bytes when a round id comes back, to tell a retry from a different round.
+24 bytes less per round (on PostgreSQL a page then holds about 24 rounds instead of 23). The digest stays
+in the hash chain: a rebuilt digest that differs from the one published breaks the round's links. The
+fence compares the stored bytes when a round id comes back, to tell a retry from a different round.
 
 Upgrade shortens, request by request in generation order, the digest of each round whose body rebuilds it
 exactly (a ``RAW`` body holds its own); any other row keeps all 32 bytes, which the reader takes as they
-are, so nothing is lost. Rows are read a page at a time (bounded memory). On PostgreSQL the old row
-versions are reclaimed by (auto)vacuum for new rows; ``VACUUM FULL rounds`` returns the space to the system.
+are, so nothing is lost. Rows are read a page at a time (bounded memory). The freed bytes go to the rounds
+written next: on PostgreSQL once (auto)vacuum has reclaimed the old row versions. ``VACUUM`` (SQLite) or
+``VACUUM FULL rounds`` (PostgreSQL) returns them to the file system.
 
 Downgrade writes every shortened digest back in full, rebuilt from its round's events.
 """
