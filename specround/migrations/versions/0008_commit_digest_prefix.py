@@ -146,13 +146,24 @@ def downgrade() -> None:
         if len(commit) == 32:
             continue
         full = None if events is None else events[4].get("commit_digest")
-        if not isinstance(full, str) or len(full) != 64 or not full.startswith(commit.hex()):
+        whole = _digest_bytes(full)
+        if whole is None or not whole.startswith(commit):
             raise LogIntegrityError(
                 f"cannot downgrade: the commit digest of the round at generation {generation} of request "
                 f"number {number} cannot be rebuilt from its events; audit the log"
             )
-        updates.append({"c": bytes.fromhex(full), "n": number, "g": generation})
+        updates.append({"c": whole, "n": number, "g": generation})
         if len(updates) >= _PAGE:
             _write(connection, updates)
             updates = []
     _write(connection, updates)
+
+
+def _digest_bytes(value: Any) -> bytes | None:
+    """The 32 bytes of a hex digest (None for anything else, e.g. a prefix read back padded with ``-``)."""
+    if not isinstance(value, str) or len(value) != 64:
+        return None
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        return None

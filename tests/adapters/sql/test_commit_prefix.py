@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 from alembic import command
 from sqlalchemy import text
@@ -15,6 +16,7 @@ from specround.adapters.sql import SqlEventLog, database_status, head_revision, 
 from specround.adapters.sql.migrate import alembic_config
 from specround.adapters.sql.tables import COMMIT_PREFIX_BYTES
 from specround.audit import audit_log
+from specround.errors import LogIntegrityError
 from specround.sampling.types import Layout
 from specround.statemachine.controller import RoundController
 from specround.statemachine.ports import (
@@ -177,3 +179,13 @@ def test_a_generate_log_written_at_0007_upgrades_and_reads_back_unchanged(tmp_pa
         read = [[e.request_id, e.seq, e.kind, e.round_id, e.generation, e.hash] for e in log.events()]
         assert read == expected
         assert audit_log(log).ok
+
+
+def test_a_downgrade_names_a_round_whose_digest_cannot_be_rebuilt(log_url: str) -> None:
+    """An edited prefix begins no commit of the events: the downgrade refuses with a named error."""
+    with SqlEventLog.open(log_url) as log:
+        _write(log)
+        stored = _stored_commits(log)[4]
+        _set_commit(log, bytes([stored[0] ^ 1]) + stored[1:])
+        with pytest.raises(LogIntegrityError, match="cannot downgrade"), log.engine.begin() as connection:
+            command.downgrade(alembic_config(connection), "0007")
