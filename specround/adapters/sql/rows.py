@@ -35,6 +35,7 @@ __all__ = [
     "decode_signature_row",
     "derived_id_of_body",
     "read_round_row",
+    "round_payloads",
     "row_blob",
     "row_id",
     "row_text",
@@ -263,7 +264,7 @@ _UNRESOLVED = "-" * (64 - 2 * PREV_LINK_BYTES)
 """Pads the stored prefix of a link that names no stored event (a ``prev_hash`` no event has as hash)."""
 
 
-def _round_payloads(
+def round_payloads(
     body: bytes, request_id: str, round_id: str, generation: int, commit: str, previous: str | None
 ) -> tuple[list[dict[str, Any]], list[bytes], list[str | None], str]:
     """The five payloads of a body, their canonical bytes, what is wrong with each and the round id.
@@ -310,7 +311,7 @@ def derived_id_of_body(body: bytes, request_id: str, generation: int) -> str:
     digest, and the commit digest, get stand-ins.
     """
     try:
-        return _round_payloads(body, request_id, "", generation, _STAND_IN_DIGEST, _STAND_IN_DIGEST)[3]
+        return round_payloads(body, request_id, "", generation, _STAND_IN_DIGEST, _STAND_IN_DIGEST)[3]
     except ValueError:
         return ""
 
@@ -428,7 +429,7 @@ def read_round_row(
     readable = False
     if not problems or not any(p.startswith(("body ", "commit_digest ", "round_id ")) for p in problems):
         try:
-            payloads, data, defects, round_id_ = _round_payloads(
+            payloads, data, defects, round_id_ = round_payloads(
                 body_, rid, round_id_, generation_, commit_.hex(), previous_processor
             )
         except ValueError as exc:

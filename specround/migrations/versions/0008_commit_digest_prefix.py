@@ -30,9 +30,8 @@ import sqlalchemy as sa
 from alembic import op
 
 from specround.adapters.sql.migrate import report_progress
-from specround.adapters.sql.round_body import RAW, decode_round, raw_payloads
+from specround.adapters.sql.rows import round_payloads
 from specround.adapters.sql.tables import COMMIT_PREFIX_BYTES
-from specround.canonical import load
 from specround.errors import LogIntegrityError
 from specround.statemachine.commit_record import commit_digest_of_events
 
@@ -69,22 +68,6 @@ def _write(connection: sa.Connection, updates: list[dict[str, Any]]) -> None:
         )
 
 
-def _events(
-    body: bytes, request_id: str, round_id: str, generation: int, commit: str, previous: str | None
-) -> list[dict[str, Any]]:
-    """The five events of a stored round (LogIntegrityError when they cannot be read)."""
-    texts = raw_payloads(body) if body[:1] == bytes((RAW,)) else None
-    if texts is None:
-        return decode_round(body, request_id, round_id, generation, commit, previous)
-    try:
-        events = [load(text) for text in texts]
-    except ValueError as exc:
-        raise LogIntegrityError(f"request {request_id!r}: an unreadable stored round ({exc})") from exc
-    if not all(isinstance(event, dict) for event in events):
-        raise LogIntegrityError(f"request {request_id!r}: a stored event is not a JSON object")
-    return events
-
-
 def _walk(connection: sa.Connection) -> Iterator[tuple[Any, int, bytes, list[dict[str, Any]] | None]]:
     """Each round as (request number, generation, stored commit digest, its events or None if unreadable).
 
@@ -105,11 +88,13 @@ def _walk(connection: sa.Connection) -> Iterator[tuple[Any, int, bytes, list[dic
             events: list[dict[str, Any]] | None = None
             if body and request_id is not None:
                 try:
-                    events = _events(
+                    payloads, _, defects, _ = round_payloads(
                         body, str(request_id), str(round_id), int(generation), commit.hex(), previous
                     )
-                except (LogIntegrityError, ValueError):
-                    events = None
+                except ValueError:  # a body that cannot be split into five events
+                    pass
+                else:
+                    events = None if any(defects) else payloads
             after = None if events is None else events[3].get("processor_after")
             previous = after if isinstance(after, str) else None
             yield number, int(generation), commit, events
