@@ -528,8 +528,7 @@ def run_controller_bench(
                     where = None
                     if backend == "sqlite":
                         where = str(Path(scratch.name) / f"{api}-b{size}.sqlite")
-                    elif backend == "postgresql":
-                        assert postgres_url is not None
+                    elif postgres_url is not None and backend == "postgresql":
                         schema, where = _postgres_schema(postgres_url)
                         schemas.append(schema)
                     cases.append(_open_case(backend, where, size, api, rows, run_id, forward_ms / 1e3))
@@ -594,9 +593,9 @@ def run_controller_bench(
     finally:
         for case in cases:
             case.log.close()
-        for schema in schemas:
-            assert postgres_url is not None
-            _drop_postgres_schema(postgres_url, schema)
+        if postgres_url is not None:
+            for schema in schemas:
+                _drop_postgres_schema(postgres_url, schema)
         scratch.cleanup()
         torch.set_num_threads(previous_threads)
         stack.close()
