@@ -11,9 +11,11 @@ lands in. This module computes both with the reference's operations (:mod:`specr
 
 The rows are read once -- as views, row by row, for a few rows or long ones
 (:func:`takes_rows_one_by_one`), else gathered in cache-sized column chunks -- checked by their sums and
-minima in read mode, turned into their residual and widened into the float64 mass. The
-mass buffer is kept for the thread's next decision (a fresh large allocation costs page faults); its
-padding past ``V`` is zeroed on every use, since another vocabulary may have written it.
+minima in read mode, turned into their residual and widened into the float64 mass. Row by row, the mass
+is widened and block-summed a few rows at a time (:func:`rows_per_group`), so at a large B it is never
+written out to memory and read back (the search then forms its one block per row again from the input
+rows). The mass buffer is kept for the thread's next decision (a fresh large allocation costs page faults);
+its padding past ``V`` is zeroed on every use, since another vocabulary may have written it.
 """
 
 from __future__ import annotations
@@ -28,12 +30,16 @@ import numpy.typing as npt
 import torch
 
 __all__ = [
+    "GROUP_ROWS",
     "HOST_CHUNK_ELEMENTS",
+    "MAX_GROUPS",
     "ROW_BY_ROW_VOCAB",
     "RowStats",
     "TerminalBlocks",
     "host_block_sums",
     "mass_reader",
+    "recomputing_reader",
+    "rows_per_group",
     "takes_rows_one_by_one",
     "terminal_blocks_host",
     "terminal_blocks_rows",
@@ -48,6 +54,12 @@ RowStats = tuple[FloatArray, FloatArray]
 
 HOST_CHUNK_ELEMENTS = 1 << 18
 """Entries per row set of one column chunk of the host terminal pass (a few such arrays stay in L2)."""
+
+GROUP_ROWS = 4
+"""Rows of V = 49,152 whose float64 mass (1.5 MB) stays in a core's L2 cache while its blocks are summed."""
+
+MAX_GROUPS = 16
+"""At most this many groups per row-by-row pass, whatever B: the fast path's tensor ops stay bounded."""
 
 ROW_BY_ROW_VOCAB = 16384
 """From this vocabulary size on, the host pass takes its rows one by one whatever their number.
@@ -216,13 +228,24 @@ def terminal_blocks_rows(
     """:func:`terminal_blocks_host` row by row on views of the rows (few rows, or long ones).
 
     The same values: a correction's residual is formed in a reused buffer, a bonus row is widened straight
-    from the input. Returns the block sums, the statistics as Python floats (p rows, then the corrections'
-    q rows) and the block reader.
+    from the input. The rows are widened a group at a time (:func:`rows_per_group`) into a float64 buffer
+    of that group's rows only, whose block sums are taken while it is still in cache; so no mass of the
+    whole batch is written to memory and read back. A batch of one group keeps its mass for the search's
+    block reader; a larger one reads a block by forming it again from the input rows
+    (:func:`recomputing_reader`, the same operations). Returns the block sums, the statistics as Python
+    floats (p rows, then the corrections' q rows) and the block reader.
     """
     vocab = p.shape[2]
     p_flat, q_flat = p.reshape(-1, vocab), q.reshape(-1, vocab)
-    n_correction = len(q_index)
-    mass = _mass_buffer(len(p_index), vocab, width)
+    n_rows, n_correction = len(p_index), len(q_index)
+    group = rows_per_group(n_rows)
+    mass = _mass_buffer(group, vocab, width)
+    block_sums: FloatArray | None = None
+    if n_rows > group:  # each full group summed by one tensor op into one reused buffer
+        block_sums = np.empty((n_rows, mass.shape[1] // width))
+        group_blocks = torch.from_numpy(mass).view(group, -1, width)  # [G, nB, BS]
+        group_sums = torch.empty(group_blocks.shape[:2], dtype=_F64)  # [G, nB]
+        group_sums_host = group_sums.numpy()
     totals: list[float] = []
     minima: list[float] = []
     q_totals: list[float] = []
@@ -240,6 +263,59 @@ def terminal_blocks_rows(
             residual = _residual_buffer(p_flat.dtype, vocab)
             _clamped_residual(target, draft, residual)
             target = residual
-        mass[row, :vocab] = target  # exact widening
+        at = row % group
+        mass[at, :vocab] = target  # exact widening
+        if block_sums is None:
+            continue
+        if at == group - 1:
+            torch.sum(group_blocks, -1, dtype=_F64, out=group_sums)
+            block_sums[row - at : row + 1] = group_sums_host
+        elif row == n_rows - 1:  # a last, partial group
+            block_sums[row - at : row + 1] = host_block_sums(mass[: at + 1], width)
     stats = (totals + q_totals, minima + q_minima) if with_stats else None
-    return host_block_sums(mass, width), stats, mass_reader(mass, width)
+    if block_sums is None:  # one group: its mass is the whole batch's
+        return host_block_sums(mass, width), stats, mass_reader(mass, width)
+    return block_sums, stats, recomputing_reader(p_flat, q_flat, p_index, q_index, width)
+
+
+def rows_per_group(n_rows: int) -> int:
+    """Rows widened together by :func:`terminal_blocks_rows`.
+
+    :data:`GROUP_ROWS` (fewer when the batch has fewer), more when that would make over :data:`MAX_GROUPS`
+    groups (each group's block sums are a tensor op).
+    """
+    return max(min(GROUP_ROWS, n_rows), -(-n_rows // MAX_GROUPS))
+
+
+def recomputing_reader(
+    p_flat: npt.NDArray[Any],
+    q_flat: npt.NDArray[Any],
+    p_index: Sequence[int],
+    q_index: Sequence[int],
+    width: int,
+) -> Callable[[IntArray], FloatArray]:
+    """``block [N] -> [N, BS]``: that block of each row's terminal mass, formed again from the input rows.
+
+    The values :func:`mass_reader` reads from a kept mass: the columns of the block gathered from each
+    ``p`` row (and a correction's ``q`` row), the residual by :func:`_clamped_residual`, widened exactly to
+    float64, zero past ``V``.
+    """
+    vocab = p_flat.shape[1]
+    p_rows = np.asarray(p_index, dtype=np.int64)[:, None]  # [N, 1]
+    q_rows = np.asarray(q_index, dtype=np.int64)[:, None]  # [C, 1]
+    n_correction = q_rows.shape[0]
+    offsets = np.arange(width)
+
+    def read(block: IntArray) -> FloatArray:
+        columns = np.asarray(block, dtype=np.int64)[:, None] * width + offsets  # [N, BS]
+        inside = columns < vocab
+        safe = np.minimum(columns, vocab - 1)
+        target = p_flat[p_rows, safe]  # [N, BS] a copy in the rows' dtype
+        if n_correction:
+            residual = target[:n_correction]
+            _clamped_residual(residual, q_flat[q_rows, safe[:n_correction]], residual)
+        values: FloatArray = target.astype(np.float64)
+        values[~inside] = 0.0
+        return values
+
+    return read

@@ -117,6 +117,33 @@ def test_many_long_rows_are_passed_row_by_row_and_equal_the_reference(
         decide(shorter)
 
 
+def test_long_rows_in_groups_with_a_partial_last_group_equal_the_reference() -> None:
+    """67 rows of V = 16,385: groups of five rows (16 groups would not hold them in four), the last of two.
+
+    Each group's block sums are taken on its own, and the search reads its blocks formed again from the
+    input rows; both must give the reference's decision bit for bit, corrections and bonus rows alike.
+    """
+    n_batch, vocab = 67, host_terminal.ROW_BY_ROW_VOCAB + 1
+    group = host_terminal.rows_per_group(n_batch)
+    assert group > host_terminal.GROUP_ROWS and n_batch % group, (group, n_batch)
+    batch = realistic_batch(11, n_batch, 3, vocab)
+    batch = replace(batch, stop_ids=torch.zeros(n_batch, 0, dtype=torch.int64))
+    batch = replace(batch, remaining=torch.full((n_batch,), 100))
+    decision = decide(batch)
+    kinds = set(decision.terminal.tolist())
+    assert {0, 1} <= kinds, kinds  # corrections and bonus rows both drawn
+    assert_same(decision, reference(batch))
+
+
+def test_long_rows_keep_the_tensor_op_budget_at_any_batch_size() -> None:
+    """At V = 49,152 the row-by-row pass sums its blocks a group at a time: still within the op budget."""
+    for n_batch in (1, 8, 64, 256):
+        batch = make_sampler_inputs(n_batch, 4, 49_152, seed=n_batch)
+        count = count_tensor_ops(lambda batch=batch: decide(batch))
+        assert count.total <= OP_BUDGET, (n_batch, count.by_name)
+        assert count.by_name.get("sum", 0) <= host_terminal.MAX_GROUPS + 1, (n_batch, count.by_name)
+
+
 def test_many_short_rows_keep_the_chunked_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     """256 rows of V = 64 fit one chunk, yet row by row they would pay numpy's call cost 256 times."""
 
