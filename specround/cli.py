@@ -147,6 +147,9 @@ def bench_sampler(
     seed: int = typer.Option(0, help="Seed of the generated inputs."),
     threads: int | None = typer.Option(None, min=1, help="Torch intra-op threads for the run."),
     device: str = typer.Option("cpu", help="Where the rows live: cpu, or cuda[:N] (synchronised timing)."),
+    cold_sweep_mib: int = typer.Option(
+        256, min=1, help="MiB read before each sampler_cold call to evict the rows from the caches."
+    ),
     as_json: bool = typer.Option(True, "--json", help="Print JSON (the only output format)."),
 ) -> None:
     """Time the exact sampler against the minimum it must read and a full pass, in one run."""
@@ -170,6 +173,7 @@ def bench_sampler(
         seed=seed,
         threads=threads,
         device=device,
+        cold_sweep_mib=cold_sweep_mib,
     )
     typer.echo(report.model_dump_json(indent=2))
 

@@ -16,6 +16,7 @@ from specround.sampling.exact import decide
 CASE_FIELDS = {
     "batch_size",
     "sampler_ms",
+    "sampler_cold_ms",
     "sampler_full_ms",
     "minimum_pass_ms",
     "minimum_read_ms",
@@ -94,6 +95,13 @@ def test_inputs_are_seeded_and_valid() -> None:
         for name in ("p", "q", "draft_ids", "seeds")
     )
     decide(first, validate="full")  # realistic inputs pass the strictest validation
+
+
+def test_the_cold_sweep_must_read_something() -> None:
+    with pytest.raises(ValueError, match="cold_sweep_mib"):
+        run_sampler_bench([1], draft_len=1, vocab=64, repeats=1, warmup=0, cold_sweep_mib=0)
+    report = run_sampler_bench([1], draft_len=1, vocab=64, repeats=1, warmup=0, cold_sweep_mib=1)
+    assert report.cases[0].sampler_cold_ms > 0
 
 
 def test_function_runs_without_drafts() -> None:
