@@ -30,7 +30,7 @@ import numpy.typing as npt
 import torch
 
 __all__ = [
-    "GROUP_ROWS",
+    "GROUP_BYTES",
     "HOST_CHUNK_ELEMENTS",
     "MAX_GROUPS",
     "ROW_BY_ROW_VOCAB",
@@ -55,8 +55,9 @@ RowStats = tuple[FloatArray, FloatArray]
 HOST_CHUNK_ELEMENTS = 1 << 18
 """Entries per row set of one column chunk of the host terminal pass (a few such arrays stay in L2)."""
 
-GROUP_ROWS = 4
-"""Rows of V = 49,152 whose float64 mass (1.5 MB) stays in a core's L2 cache while its blocks are summed."""
+GROUP_BYTES = 3 << 19
+"""Float64 mass widened and block-summed at a time (1.5 MiB, four rows at V = 49,152): it stays in a core's
+L2 cache from its widening to its sums."""
 
 MAX_GROUPS = 16
 """At most this many groups per row-by-row pass, whatever B: the fast path's tensor ops stay bounded."""
@@ -238,7 +239,7 @@ def terminal_blocks_rows(
     vocab = p.shape[2]
     p_flat, q_flat = p.reshape(-1, vocab), q.reshape(-1, vocab)
     n_rows, n_correction = len(p_index), len(q_index)
-    group = rows_per_group(n_rows)
+    group = rows_per_group(n_rows, vocab + (-vocab % width))
     mass = _mass_buffer(group, vocab, width)
     block_sums: FloatArray | None = None
     if n_rows > group:  # each full group summed by one tensor op into one reused buffer
@@ -278,13 +279,14 @@ def terminal_blocks_rows(
     return block_sums, stats, recomputing_reader(p_flat, q_flat, p_index, q_index, width)
 
 
-def rows_per_group(n_rows: int) -> int:
-    """Rows widened together by :func:`terminal_blocks_rows`.
+def rows_per_group(n_rows: int, columns: int) -> int:
+    """Rows of ``columns`` float64 entries widened together by :func:`terminal_blocks_rows`.
 
-    :data:`GROUP_ROWS` (fewer when the batch has fewer), more when that would make over :data:`MAX_GROUPS`
-    groups (each group's block sums are a tensor op).
+    As many as :data:`GROUP_BYTES` hold (at least one; all of them when they fit), more when that would
+    make over :data:`MAX_GROUPS` groups (each group's block sums are a tensor op).
     """
-    return max(min(GROUP_ROWS, n_rows), -(-n_rows // MAX_GROUPS))
+    fit = max(1, GROUP_BYTES // (8 * columns))
+    return min(n_rows, max(fit, -(-n_rows // MAX_GROUPS)))
 
 
 def recomputing_reader(

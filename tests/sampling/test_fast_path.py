@@ -117,15 +117,21 @@ def test_many_long_rows_are_passed_row_by_row_and_equal_the_reference(
         decide(shorter)
 
 
-def test_long_rows_in_groups_with_a_partial_last_group_equal_the_reference() -> None:
-    """67 rows of V = 16,385: groups of five rows (16 groups would not hold them in four), the last of two.
+@pytest.mark.parametrize("max_groups", [16, 2])
+def test_long_rows_in_groups_with_a_partial_last_group_equal_the_reference(
+    max_groups: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """67 rows of V = 16,385 in groups: of eleven rows (what 1.5 MiB holds), or of 34 when at most two groups
+    may be made; the last group is partial either way.
 
     Each group's block sums are taken on its own, and the search reads its blocks formed again from the
     input rows; both must give the reference's decision bit for bit, corrections and bonus rows alike.
     """
+    monkeypatch.setattr(host_terminal, "MAX_GROUPS", max_groups)
     n_batch, vocab = 67, host_terminal.ROW_BY_ROW_VOCAB + 1
-    group = host_terminal.rows_per_group(n_batch)
-    assert group > host_terminal.GROUP_ROWS and n_batch % group, (group, n_batch)
+    group = host_terminal.rows_per_group(n_batch, vocab + (-vocab % exact.block_width(vocab)))
+    assert 1 < group < n_batch and n_batch % group, group
+    assert group == (11 if max_groups == 16 else 34)
     batch = realistic_batch(11, n_batch, 3, vocab)
     batch = replace(batch, stop_ids=torch.zeros(n_batch, 0, dtype=torch.int64))
     batch = replace(batch, remaining=torch.full((n_batch,), 100))
