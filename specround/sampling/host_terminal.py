@@ -253,16 +253,17 @@ def terminal_blocks_rows(
     q_minima: list[float] = []
     for row, flat in enumerate(p_index):
         target = p_flat[flat]  # [V] a view
+        if row < n_correction:
+            draft = q_flat[q_index[row]]  # [V] a view
+            residual = _residual_buffer(p_flat.dtype, vocab)
+            _clamped_residual(target, draft, residual)  # first: one pass brings both rows into cache
+            if with_stats:
+                q_totals.append(float(draft.sum()))
+                q_minima.append(float(draft.min()))
         if with_stats:
             totals.append(float(target.sum()))
             minima.append(float(target.min()))
         if row < n_correction:
-            draft = q_flat[q_index[row]]  # [V] a view
-            if with_stats:
-                q_totals.append(float(draft.sum()))
-                q_minima.append(float(draft.min()))
-            residual = _residual_buffer(p_flat.dtype, vocab)
-            _clamped_residual(target, draft, residual)
             target = residual
         at = row % group
         mass[at, :vocab] = target  # exact widening
