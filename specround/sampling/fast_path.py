@@ -7,12 +7,12 @@ cost of a small batch. Its *terminal pass* reads one ``p`` row (and one ``q`` ro
 entries per request. Here the control runs with numpy on the tensors' own memory (zero-copy views, no
 tensor op). The terminal pass also runs on the host (:mod:`specround.sampling.host_terminal`), row by
 row on views for few or long rows, else in cache-sized column chunks, reading each input entry once (row
-checks, residual, exact widening into the float64 mass), whose block sums are then one torch reduction;
-the acceptance test is the one written rule
-on numpy arrays (:func:`~specround.sampling.exact.accepts_host`). What remains as tensor ops is one
-compute op (the block sums) and the zero-copy wrapping of host arrays: about 20 dispatched operators in
-all, whatever B, nine of them the decision's fields (:mod:`specround.sampling.host_decision`). The
-inverse-CDF search runs on the host over the block sums.
+checks, residual, exact widening into the float64 mass), whose block sums are then one torch reduction
+(long rows at a large B: one per cache-sized group of rows, at most 16); the acceptance test is the one
+written rule on numpy arrays (:func:`~specround.sampling.exact.accepts_host`). What remains as tensor ops
+is the block sums and the zero-copy wrapping of host arrays: about 20 dispatched operators (under 40 with
+the groups), whatever B, nine of them the decision's fields (:mod:`specround.sampling.host_decision`).
+The inverse-CDF search runs on the host over the block sums.
 
 Every value is computed with the same floating-point operations as the reference path (the acceptance
 ratio by the rule ``accepts`` applies, the residual as a correctly rounded subtraction in the rows' dtype
