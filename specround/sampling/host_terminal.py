@@ -252,24 +252,22 @@ def terminal_blocks_rows(
     q_totals: list[float] = []
     q_minima: list[float] = []
     for row, flat in enumerate(p_index):
-        target = p_flat[flat]  # [V] a view
+        target = widened = p_flat[flat]  # [V] a view
         if row < n_correction:
             draft = q_flat[q_index[row]]  # [V] a view
-            residual = _residual_buffer(p_flat.dtype, vocab)
-            _clamped_residual(target, draft, residual)  # first: one pass brings both rows into cache
+            widened = _residual_buffer(p_flat.dtype, vocab)
+            _clamped_residual(target, draft, widened)  # first: one pass brings both rows into cache
             if with_stats:
                 q_totals.append(float(draft.sum()))
                 q_minima.append(float(draft.min()))
         if with_stats:
             totals.append(float(target.sum()))
             minima.append(float(target.min()))
-        if row < n_correction:
-            target = residual
         at = row % group
-        mass[at, :vocab] = target  # exact widening
+        mass[at, :vocab] = widened  # exact widening
         if block_sums is None:
             continue
-        if at == group - 1:
+        if at == group - 1:  # a full group: no slice of the buffers, no further tensor op
             torch.sum(group_blocks, -1, dtype=_F64, out=group_sums)
             block_sums[row - at : row + 1] = group_sums_host
         elif row == n_rows - 1:  # a last, partial group
