@@ -154,7 +154,7 @@ class DraftLengthPolicy(Protocol):
         ...
 
     def forget(self, request_id: str) -> None:
-        """Drop what was learned about a finished request."""
+        """Drop what was learned about a request: it finished, or a round it observed was rolled back."""
         ...
 
 
@@ -427,5 +427,5 @@ class AdaptiveDraftLength:
         self.gap_s = costs.gap_s if self._gaps_seen == 1 else 0.8 * self.gap_s + 0.2 * costs.gap_s
 
     def forget(self, request_id: str) -> None:
-        """Drop a finished request's reach counts."""
+        """Drop a request's reach counts (it finished, or a round they counted was rolled back)."""
         self._reach.pop(request_id, None)

@@ -373,13 +373,13 @@ def pipelined_in_flight(
 
     The engine already holds the round's decision and K/V instruction, and they are those of the same round
     stepped synchronously from the same state (``synchronous``: emitted tokens, A, terminal, finished,
-    ``keep`` and new frontier; INV-5); nothing of it is released or durable yet (its outcome is not
-    ``settled`` and the log is unchanged; INV-7).
+    ``keep``, new frontier, the acceptance tests reached and the finish reason; INV-5); nothing of it is
+    released or durable yet (its outcome is not ``settled`` and the log is unchanged; INV-7).
     """
     if decision is None:
         return [Breach("INV-5", f"{request_id}: the submitted round handed the engine no decision")]
-    kv, state = synchronous.kv, synchronous.state
-    if kv is None or state is None:
+    kv, state, commit = synchronous.kv, synchronous.state, synchronous.commit
+    if kv is None or state is None or commit is None:
         return [Breach("INV-6", f"{request_id}: the synchronous reference round did not publish")]
     handed = (
         decision.emitted_ids,
@@ -388,6 +388,8 @@ def pipelined_in_flight(
         decision.finished,
         decision.keep,
         decision.new_frontier,
+        decision.reached,
+        decision.finish_reason,
     )
     reference = (
         synchronous.emitted_ids,
@@ -396,12 +398,14 @@ def pipelined_in_flight(
         synchronous.finished,
         kv.keep,
         state.frontier,
+        commit.rng_after[1] - commit.rng_before[1],
+        synchronous.finish_reason,
     )
     breaches = _breach(
         handed == reference,
         "INV-5",
-        f"{request_id}: the engine was handed (emitted, A, terminal, finished, keep, frontier) {handed}; "
-        f"stepped synchronously the round gives {reference}",
+        f"{request_id}: the engine was handed (emitted, A, terminal, finished, keep, frontier, tests "
+        f"reached, finish reason) {handed}; stepped synchronously the round gives {reference}",
     )
     breaches += _breach(not settled, "INV-7", f"{request_id}: the round was settled before its write ran")
     return breaches + _breach(log_unchanged, "INV-7", f"{request_id}: the log changed before the write ran")

@@ -233,6 +233,8 @@ class Step:
                 decided.finished,  # finished
                 kv.keep,  # keep
                 successor.state.frontier,  # new_frontier
+                decided.accept_draws,  # reached
+                decided.finish_reason,  # finish_reason
             )
         return out
 

@@ -23,7 +23,7 @@ import torch
 
 from specround.sampling.types import PAD_ID, TerminalKind
 from specround.statemachine.rounds import RoundResult, RoundStatus
-from specround.statemachine.state import TerminalName
+from specround.statemachine.state import FinishReason, TerminalName
 
 if TYPE_CHECKING:
     from specround.statemachine.controller import RoundController
@@ -152,6 +152,10 @@ class RowDecision:
     finished: bool
     keep: int
     new_frontier: int | None
+    reached: int
+    """Acceptance tests the round reached (its ACCEPT draws, INV-3)."""
+    finish_reason: FinishReason | None
+    """Why the request finished with this round (None while it runs on)."""
 
 
 class PendingStep:

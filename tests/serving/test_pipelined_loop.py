@@ -3,6 +3,7 @@ round already durable, and the write failures that roll requests back (retried, 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import pytest
@@ -14,8 +15,9 @@ from specround.audit import audit_log
 from specround.errors import InjectedFaultError
 from specround.sampling.processors import ProcessorChain, sampling_chain
 from specround.sampling.types import Layout
-from specround.serving import GenerationRequest, RoundOutcome, ServingLoop
+from specround.serving import DraftSlot, GenerationRequest, RoundOutcome, ServingLoop, StepCosts
 from specround.serving.pipelined_loop import PipelinedServingLoop
+from specround.serving.policy import FixedDraftLength
 from specround.statemachine.controller import RoundController
 from specround.statemachine.faults import FaultPlan, FaultPoint
 from specround.statemachine.model_ports import Proposer
@@ -45,6 +47,44 @@ class FailingLog(MemoryEventLog):
         return super().publish(publications)
 
 
+class RecordingPolicy(FixedDraftLength):
+    """K = 2 always; records what it has observed at each choice, and every ``forget``."""
+
+    def __init__(self) -> None:
+        super().__init__(2)
+        self.observed: list[tuple[object, ...]] = []
+        self.history_at_choice: list[tuple[tuple[object, ...], ...]] = []
+        self.forgotten: list[str] = []
+        self.events: list[tuple[str, str, int]] = []
+        """("observe", request, generation) and ("forget", request, -1), in order."""
+
+    def choose(self, slots: Sequence[DraftSlot]) -> list[int]:
+        self.history_at_choice.append(tuple(self.observed))
+        return super().choose(slots)
+
+    def observe(self, outcomes: Sequence[RoundOutcome], costs: StepCosts) -> None:
+        self.events += [("observe", o.request_id, o.generation) for o in outcomes]
+        self.observed += [
+            (
+                o.request_id,
+                o.generation,
+                o.requested_k,
+                o.drafted,
+                o.accepted,
+                o.reached,
+                o.emitted_ids,
+                o.terminal,
+                o.finished,
+                o.finish_reason,
+            )
+            for o in outcomes
+        ]
+
+    def forget(self, request_id: str) -> None:
+        self.forgotten.append(request_id)
+        self.events.append(("forget", request_id, -1))
+
+
 def run(
     tiny: LlamaBundle,
     pipelined: bool,
@@ -54,13 +94,14 @@ def run(
     log: MemoryEventLog | None = None,
     faults: FaultPlan | None = None,
     tokens: int = 14,
+    policy: RecordingPolicy | None = None,
 ) -> tuple[dict[str, tuple[int, ...]], list[RoundOutcome], MemoryEventLog, ServingLoop]:
     """Generate for every seed of SEEDS; outputs by request id, released outcomes, the log and the loop."""
     target = LlamaTarget(tiny.model, model_id=tiny.model_id)
     draft: Proposer = NGramProposer(V, max_ngram=2) if proposer == "ngram" else early_exit_proposer(target, 1)
     log = log if log is not None else MemoryEventLog()
     kind = PipelinedServingLoop if pipelined else ServingLoop
-    loop = kind(RoundController(log, faults=faults), target, draft, layout=layout)
+    loop = kind(RoundController(log, faults=faults), target, draft, layout=layout, policy=policy)
     released: list[RoundOutcome] = []
 
     def on_round(outcome: RoundOutcome) -> None:
@@ -89,6 +130,36 @@ def test_pipelined_and_synchronous_loops_release_the_same_rounds(
     assert loop.stats.rounds == len(pipe_rounds) == len(sync_rounds)
     assert audit_log(log).ok and not loop.errors
     assert isinstance(loop, PipelinedServingLoop) and not loop.in_flight
+
+
+def test_the_policy_chooses_each_k_from_the_history_the_synchronous_loop_gives_it(tiny: LlamaBundle) -> None:
+    """Step t's rounds are observed when staged, before step t + 1's K is chosen: not one step late."""
+    sync, pipe = RecordingPolicy(), RecordingPolicy()
+    run(tiny, False, policy=sync, tokens=20)
+    run(tiny, True, policy=pipe, tokens=20)
+    assert len(sync.history_at_choice) > 3 and any(o[5] > o[4] for o in sync.observed)  # a rejection seen
+    assert any(o[9] is not None for o in sync.observed)  # and a finish reason
+    assert pipe.history_at_choice == sync.history_at_choice
+    assert sorted(pipe.forgotten) == sorted(sync.forgotten) == sorted(f"r{seed}" for seed in SEEDS)
+
+
+def test_a_rolled_back_round_is_forgotten_by_the_policy_before_its_redo(tiny: LlamaBundle) -> None:
+    """The redo draws the uniforms the rolled-back round used: its K must not depend on their outcome."""
+    policy = RecordingPolicy()
+    faulted, _, _, loop = run(tiny, True, log=FailingLog((2,)), policy=policy)
+    clean, _, _, _ = run(tiny, True)
+    assert faulted == clean and not loop.errors
+    # Step 2's rounds were observed when staged, before their write failed, and are observed again when
+    # redone. (Whether step 3 was staged on them before the failure was known depends on the writer thread.)
+    seen = Counter((rid, generation) for kind, rid, generation in policy.events if kind == "observe")
+    assert {(f"r{s}", 2) for s in SEEDS} <= {key for key, count in seen.items() if count > 1}
+    for seed in SEEDS:
+        mine = [(kind, generation) for kind, rid, generation in policy.events if rid == f"r{seed}"]
+        assert mine[-1][0] == "forget"  # finished
+        for at, (kind, generation) in enumerate(mine):
+            if kind == "observe" and ("observe", generation) in mine[:at]:  # a redo ...
+                earlier = max(i for i in range(at) if mine[i] == ("observe", generation))
+                assert ("forget", -1) in mine[earlier:at]  # ... only after its first try was forgotten
 
 
 @pytest.mark.parametrize("fail_calls", [(2,), (3, 4), (5,)])

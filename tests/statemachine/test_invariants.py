@@ -157,7 +157,7 @@ def test_the_pipelined_checks_catch_what_they_name() -> None:
     controller, _ = _opened()
     before = controller.state("r")
     result = controller.run_round(seeded_random_input(controller, "r", 2, seed=8))
-    assert result.kv is not None and result.state is not None
+    assert result.kv is not None and result.state is not None and result.commit is not None
     handed = RowDecision(
         emitted_ids=result.emitted_ids,
         accepted=result.accepted,
@@ -165,6 +165,8 @@ def test_the_pipelined_checks_catch_what_they_name() -> None:
         finished=result.finished,
         keep=result.kv.keep,
         new_frontier=result.state.frontier,
+        reached=result.commit.rng_after[1] - result.commit.rng_before[1],
+        finish_reason=result.finish_reason,
     )
     assert invariants.pipelined_in_flight("r", handed, result, settled=False, log_unchanged=True) == []
     wrong_keep = replace(handed, keep=handed.keep + 1)
