@@ -10,15 +10,24 @@ would let the dependent round through onto the other writer's state. So each pub
 writing, every publication whose parent failed (reported as ``STALE_GENERATION``). Every other use of the log
 by the controller's thread goes through :meth:`PublicationWriter.exclusive`, so the log is never used by two
 threads at once (the logs are not required to be thread-safe).
+
+On Linux the writer's thread runs at a lower scheduling priority (:data:`WRITER_NICE`). The scheduler tends
+to wake it on the core of the thread that queued the commit, the one about to run the engine's next
+forward; at the same priority the two then share that core and the forward slows down. A lower priority
+gives the forward the core, and the write takes what the forward leaves idle. The write never waits long
+for it: the engine's thread blocks on :meth:`PendingStep.wait` one step later, and the writer then has
+a core to itself.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from specround.statemachine.ports import EventLog, PublishOutcome, PublishStatus, RoundPublication
 
@@ -30,7 +39,24 @@ WriteKey = tuple[str, str, int]
 
 _DURABLE = (PublishStatus.PUBLISHED, PublishStatus.ALREADY_PUBLISHED)
 
-__all__ = ["PublicationWriter"]
+__all__ = ["WRITER_NICE", "PublicationWriter"]
+
+WRITER_NICE = 10
+"""How much lower than the rest of the process the writer thread is scheduled (Linux ``nice`` steps)."""
+
+
+def _lower_priority() -> None:
+    """Lower the calling thread's scheduling priority by :data:`WRITER_NICE` (Linux only).
+
+    Linux schedules threads one by one, so ``setpriority`` on a thread id changes that thread alone. Other
+    systems would apply it to a whole process, so the thread is left as it is there, as it is where the
+    call is refused.
+    """
+    if sys.platform != "linux":
+        return
+    tid = threading.get_native_id()
+    with suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + WRITER_NICE)
 
 
 class PublicationWriter:
@@ -61,7 +87,9 @@ class PublicationWriter:
         if len(keys) != len(parents):
             raise ValueError(f"{len(keys)} publications with {len(parents)} parents")
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specround-writer")
+            self._pool = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="specround-writer", initializer=_lower_priority
+            )
         return self._pool.submit(self._write, build, list(keys), list(parents))
 
     def _write(
