@@ -13,8 +13,12 @@
   publications that do not extend their head (retries and losers: only they can name a published round),
   decides every publication with the shared fence :func:`~specround.adapters.fence.plan_publish`, appends
   one ``rounds`` row per winner (its five events in one row), and moves each winner's head with a
-  compare-and-swap ``UPDATE ... WHERE generation = expected`` whose row count is checked: three statements
-  per step in the common case, whatever the batch size. On SQLite the two writes are ``executemany``
+  compare-and-swap ``UPDATE ... WHERE generation = expected`` whose row count is checked. When this log
+  committed the last round of every request in the call, and each publication extends that head, the
+  first attempt decides on those remembered heads and reads none: two statements per step, whatever the
+  batch size (a head another writer moved since loses the compare-and-swap or trips a unique key, and the
+  call is retried on heads read in the transaction, as below; so does a plan on remembered heads in which
+  any publication does not win). On SQLite the two writes are ``executemany``
   calls; on PostgreSQL each is one statement over column arrays sent in binary (``INSERT ... SELECT * FROM
   unnest(...)``, ``UPDATE ... FROM unnest(...)``), which the server plans once for the whole step.
   The unique keys of ``rounds`` back the fence up; if one fires anyway (a round id published at an
@@ -58,6 +62,7 @@ from specround.adapters.fence import (
     Head,
     PreparedRound,
     PublishedRound,
+    PublishPlan,
     check_digest,
     plan_publish,
     prepare_round,
@@ -288,8 +293,23 @@ class _Statements:
 
 
 _TAILS = 65536
-"""Most requests whose last published round this process remembers (to store ``processor_before`` as a
-reference to it)."""
+"""Most requests whose head this log remembers (to decide a publication without reading its head, and to
+store ``processor_before`` as a reference to the previous round's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Tail:
+    """What this log last committed for a request: its head, its request number, its processor digest."""
+
+    generation: int
+    seq: int
+    hash: str
+    request_no: int
+    processor_after: str
+
+    def head(self) -> Head:
+        """The request's head as this log left it (a new object: the fence moves the heads it is given)."""
+        return Head(self.generation, self.seq, self.hash, False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +323,7 @@ class _Encoded:
     """The head hash the body's reference to the previous round assumes (None: no reference)."""
 
 
-def _encode(prepared: PreparedRound, tail: tuple[str, str] | None) -> _Encoded:
+def _encode(prepared: PreparedRound, tail: _Tail | None) -> _Encoded:
     """Encode a round's body, referring to the previous round's processor digest if ``tail`` is it."""
     pub = prepared.publication
     body = encode_round(
@@ -313,10 +333,10 @@ def _encode(prepared: PreparedRound, tail: tuple[str, str] | None) -> _Encoded:
         pub.expected_generation + 1,
         pub.commit_digest,
         prepared.payloads,
-        None if tail is None else tail[1],
+        None if tail is None else tail.processor_after,
     )
     commit = bytes.fromhex(pub.commit_digest)[:COMMIT_PREFIX_BYTES]  # the reader rebuilds the rest
-    return _Encoded(prepared, body, commit, None if tail is None else tail[0])
+    return _Encoded(prepared, body, commit, None if tail is None else tail.hash)
 
 
 class SqlEventLog:
@@ -338,8 +358,8 @@ class SqlEventLog:
         self._signer: LogSigner | None = None
         self._checkpoint_every = DEFAULT_CHECKPOINT_EVERY
         self._publishes = 0
-        self._tails: dict[str, tuple[str, str]] = {}
-        """request id -> (head hash, processor_after) of the last round this process published for it."""
+        self._tails: dict[str, _Tail] = {}
+        """request id -> the head this log left after the last round it published for the request."""
         self._tails_lock = threading.Lock()
         self._writer: Connection | None = None
         """The connection publishing writes keep between calls (see :meth:`_write_on_cursor`)."""
@@ -440,8 +460,10 @@ class SqlEventLog:
             )
         payload = canonical_bytes(event)
         link = chain_hash(GENESIS_HASH, payload)
+        opened: list[int] = []
 
         def attempt(connection: Connection) -> None:
+            opened.clear()
             row = connection.exec_driver_sql(self._sql.opened, (event.request_id,)).first()
             if row is not None:
                 if (row[0], row[1]) != (link, state_digest):
@@ -478,8 +500,13 @@ class SqlEventLog:
                     self._sign_heads(cursor, [(event.request_id, 0, 0, link, state_digest, False)], now)
                 finally:
                     cursor.close()
+            opened.append(int(number))
 
         self._write("open a request", attempt)
+        if opened:  # its first round extends this head (no processor digest to refer to yet)
+            with self._tails_lock:
+                self._tails[event.request_id] = _Tail(0, 0, link, opened[0], "")
+                _trim(self._tails)
 
     def publish(self, publications: Sequence[RoundPublication]) -> list[PublishOutcome]:
         """Group-commit rounds in one transaction, fencing each request on its own (see the module doc).
@@ -503,17 +530,22 @@ class SqlEventLog:
         pairs = sorted({(p.publication.request_id, p.publication.round_id) for p in prepared})
 
         runs = 0
+        numbers: dict[str, int] = {}
 
         def attempt(cursor: _Cursor) -> list[PublishOutcome]:
-            nonlocal runs
+            nonlocal runs, numbers
             runs += 1
-            heads, numbers = self._read_heads(cursor, request_ids)
-            # A round id can only be published already if its publication is not at the head (a retry
-            # or a loser); the first run looks those up only, and a round id published at an earlier
-            # generation trips the unique key instead, which reruns the call with every one looked up.
-            wanted = pairs if runs > 1 else _behind(prepared, heads)
-            known = self._read_rounds(cursor, wanted, numbers)
-            plan = plan_publish(prepared, heads, known)
+            remembered = self._remembered_plan(prepared, request_ids) if runs == 1 else None
+            if remembered is not None:  # no head was read, so no row is locked yet
+                plan, numbers = remembered
+            else:
+                heads, numbers = self._read_heads(cursor, request_ids)
+                # A round id can only be published already if its publication is not at the head (a retry
+                # or a loser); the first run looks those up only, and a round id published at an earlier
+                # generation trips the unique key instead, which reruns the call with every one looked up.
+                wanted = pairs if runs > 1 else _behind(prepared, heads)
+                known = self._read_rounds(cursor, wanted, numbers)
+                plan = plan_publish(prepared, heads, known)
             if plan.appended:
                 now = time.time()
                 rows = []
@@ -535,6 +567,8 @@ class SqlEventLog:
                             body,
                         )
                     )
+                if remembered is not None:  # lock keys in one global order, as the head read would
+                    rows.sort(key=_request_and_generation)
                 columnar = self._sql.columnar
                 cursor.run_rows(self._sql.insert_rounds, rows, columnar=columnar)
                 updates = [
@@ -550,6 +584,8 @@ class SqlEventLog:
                     )
                     for u in plan.head_updates
                 ]
+                if remembered is not None:
+                    updates.sort(key=_request_id_of_update)
                 moved = cursor.run_rows(self._sql.update_head, updates, columnar=columnar).rowcount
                 if moved != len(updates):
                     raise _RetryError(f"{len(updates) - moved} compare-and-swap(s) lost")
@@ -560,13 +596,42 @@ class SqlEventLog:
             written[:] = plan.appended
             return plan.outcomes
 
-        outcomes = self._write_on_cursor("publish rounds", attempt)
+        try:
+            outcomes = self._write_on_cursor("publish rounds", attempt)
+        except BaseException:
+            self._forget(request_ids)  # whether anything committed is unknown: read the heads next time
+            raise
         self._publishes += 1
-        self._remember(written)
+        self._remember(written, numbers)
         return outcomes
 
-    def _remember(self, written: list[AppendedRound]) -> None:
-        """Note the committed rounds' heads and processor digests (the next round may refer to them)."""
+    def _remembered_plan(
+        self, prepared: list[PreparedRound], request_ids: list[str]
+    ) -> tuple[PublishPlan, dict[str, int]] | None:
+        """The fence's plan on the heads this log last committed, if it knows them all and every round wins.
+
+        None when a request's head is not remembered (opened or last published elsewhere, finished, or
+        forgotten after a failed write) or when any publication would not win on the remembered heads: the
+        call then decides on heads read in the transaction. A remembered head that another writer has moved
+        since makes the compare-and-swap or a unique key fail, and the call is retried on heads read there.
+        """
+        with self._tails_lock:
+            tails = self._tails
+            remembered = [tails.get(request_id) for request_id in request_ids]
+        heads: dict[str, Head] = {}
+        numbers: dict[str, int] = {}
+        for request_id, tail in zip(request_ids, remembered, strict=True):
+            if tail is None:
+                return None
+            heads[request_id] = tail.head()
+            numbers[request_id] = tail.request_no
+        plan = plan_publish(prepared, heads, {})
+        if len(plan.appended) != len(prepared):
+            return None
+        return plan, numbers
+
+    def _remember(self, written: list[AppendedRound], numbers: dict[str, int]) -> None:
+        """Note the committed rounds' heads and processor digests (the next round may build on them)."""
         with self._tails_lock:
             tails = self._tails
             for appended in written:
@@ -574,9 +639,20 @@ class SqlEventLog:
                 if pub.finished:
                     tails.pop(pub.request_id, None)
                     continue
-                tails[pub.request_id] = (appended.hashes[-1], pub.staged.processor_after)
-            while len(tails) > _TAILS:
-                del tails[next(iter(tails))]
+                tails[pub.request_id] = _Tail(
+                    appended.generation,
+                    appended.first_seq + len(appended.hashes) - 1,
+                    appended.hashes[-1],
+                    numbers[pub.request_id],
+                    pub.staged.processor_after,
+                )
+            _trim(tails)
+
+    def _forget(self, request_ids: Sequence[str]) -> None:
+        """Drop the remembered heads of ``request_ids`` (a write whose outcome is not known)."""
+        with self._tails_lock:
+            for request_id in request_ids:
+                self._tails.pop(request_id, None)
 
     def events(self, request_id: str | None = None) -> Iterator[StoredEvent]:
         """Stream stored events in (request, seq) order, for one request or all of them.
@@ -879,6 +955,22 @@ def _round_keys(pair: tuple[str, str], numbers: dict[str, int]) -> tuple[int, st
     request_id, round_id = pair
     generation = derived_generation(round_id)
     return numbers[request_id], round_id, -1 if generation is None else generation
+
+
+def _request_and_generation(row: tuple[Any, ...]) -> tuple[int, int]:
+    """The (request number, generation) of a ``rounds`` row: the order its keys are locked in."""
+    return row[0], row[1]
+
+
+def _request_id_of_update(update: tuple[Any, ...]) -> str:
+    """The request id of a head update (its seventh parameter): the order the head rows are locked in."""
+    return str(update[6])
+
+
+def _trim(tails: dict[str, _Tail]) -> None:
+    """Forget the oldest remembered heads beyond :data:`_TAILS`."""
+    while len(tails) > _TAILS:
+        del tails[next(iter(tails))]
 
 
 def _behind(prepared: Sequence[PreparedRound], heads: dict[str, Head]) -> list[tuple[str, str]]:
