@@ -15,12 +15,12 @@
   one ``rounds`` row per winner (its five events in one row), and moves each winner's head with a
   compare-and-swap ``UPDATE ... WHERE generation = expected`` whose row count is checked. When this log
   committed the last round of every request in the call, and each publication extends that head, the
-  first attempt decides on those remembered heads and reads none: two statements per step, whatever the
-  batch size (a head another writer moved since loses the compare-and-swap or trips a unique key, and the
-  call is retried on heads read in the transaction, as below; so does a plan on remembered heads in which
-  any publication does not win). On SQLite the two writes are ``executemany``
-  calls; on PostgreSQL each is one statement over column arrays sent in binary (``INSERT ... SELECT * FROM
-  unnest(...)``, ``UPDATE ... FROM unnest(...)``), which the server plans once for the whole step.
+  first attempt decides on those remembered heads and reads none (a head another writer moved since loses
+  the compare-and-swap or trips a unique key, and the call is retried on heads read in the transaction, as
+  below; so does a plan on remembered heads in which any publication does not win). On SQLite the two
+  writes are ``executemany`` calls; on PostgreSQL they are one statement over column arrays sent in binary
+  (``WITH appended AS (INSERT ... SELECT * FROM unnest(...)) UPDATE ... FROM unnest(...)``), which the
+  server plans once for the whole step: one round trip and the commit per step, whatever the batch size.
   The unique keys of ``rounds`` back the fence up; if one fires anyway (a round id published at an
   earlier generation, or a concurrent writer the locks did not cover), or PostgreSQL reports a deadlock
   or serialization failure, the whole call is retried from the top with every round id looked up, so
@@ -206,6 +206,8 @@ class _Statements:
                 f"AS u({', '.join(_HEAD_UPDATE_COLUMNS)}, request_id, expected) "
                 'WHERE r.request_id = u.request_id COLLATE "C" AND r.generation = u.expected'
             )
+            self.append_rounds: str | None = f"WITH appended AS ({self.insert_rounds}) {self.update_head}"
+            """A step's two writes in one statement (one round trip): the rows, then the compare-and-swap."""
         else:
             marks = ", ".join([self.mark] * len(_ROUND_COLUMNS))
             self.insert_rounds = f"INSERT INTO rounds ({', '.join(_ROUND_COLUMNS)}) VALUES ({marks})"
@@ -214,6 +216,7 @@ class _Statements:
                 f"UPDATE requests SET {assignments} "
                 f"WHERE request_id = {self.mark} AND generation = {self.mark}"
             )
+            self.append_rounds = None
         self.insert_request = (
             "INSERT INTO requests (request_id, generation, head_seq, head_hash, state_digest, finished, "
             f"opened_digest, opened_at, updated_at, request_no) VALUES ({', '.join([self.mark] * 10)})"
@@ -570,7 +573,6 @@ class SqlEventLog:
                 if remembered is not None:  # lock keys in one global order, as the head read would
                     rows.sort(key=_request_and_generation)
                 columnar = self._sql.columnar
-                cursor.run_rows(self._sql.insert_rounds, rows, columnar=columnar)
                 updates = [
                     (
                         u.head.generation,
@@ -586,7 +588,13 @@ class SqlEventLog:
                 ]
                 if remembered is not None:
                     updates.sort(key=_request_id_of_update)
-                moved = cursor.run_rows(self._sql.update_head, updates, columnar=columnar).rowcount
+                both = self._sql.append_rounds
+                if both is not None:  # PostgreSQL: one statement, one round trip
+                    columns = (*zip(*rows, strict=True), *zip(*updates, strict=True))
+                    moved = cursor.run(both, [list(column) for column in columns]).rowcount
+                else:
+                    cursor.run_rows(self._sql.insert_rounds, rows, columnar=columnar)
+                    moved = cursor.run_rows(self._sql.update_head, updates, columnar=columnar).rowcount
                 if moved != len(updates):
                     raise _RetryError(f"{len(updates) - moved} compare-and-swap(s) lost")
                 if self._signer is not None:
