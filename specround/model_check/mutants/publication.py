@@ -31,7 +31,7 @@ def _no_fence(original: Any, _scratch: Scratch) -> Any:
     def publish(self: Any, publications: Any) -> Any:
         for publication in publications:
             entry = self._requests.get(publication.request_id)
-            if entry is None or publication.round_id in entry.rounds or entry.head.finished:
+            if entry is None or publication.round_id in entry.round_generation or entry.head.finished:
                 continue
             if entry.head.generation != publication.expected_generation:
                 entry.head = replace(entry.head, generation=publication.expected_generation)
@@ -48,9 +48,8 @@ def _append_twice(original: Any, _scratch: Scratch) -> Any:
             entry = self._requests.get(publication.request_id)
             if entry is None:
                 continue
-            known = entry.rounds.get(publication.round_id)
-            if known is not None and known.commit_digest == publication.commit_digest:
-                del entry.rounds[publication.round_id]
+            if entry.round_commit.get(publication.round_id) == publication.commit_digest:
+                del entry.round_generation[publication.round_id], entry.round_commit[publication.round_id]
                 entry.head = replace(entry.head, generation=publication.expected_generation, finished=False)
         return original(self, publications)
 
