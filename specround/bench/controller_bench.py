@@ -52,6 +52,12 @@ opening event weighs on the size) and B = 1's (one long request, the shape of a 
 request add (SQLite's ``dbstat`` table, PostgreSQL's relation sizes), so
 that the size of a log of longer or shorter requests follows: about ``round + request / rounds per
 request`` bytes per round.
+
+``format_floor`` is what the log's format alone asks of every durable write, whatever the backend: each
+round's five events serialised to canonical JSON and the five links of the request's hash chain over them
+(``specs/events.md``), timed over the memory log's last step at the largest B (:class:`FormatFloor`). A
+durable write per request-round cannot cost less than this in this process; the rest of ``durable`` is the
+backend's (encoding, planning, SQL).
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from specround.bench.devices import bench_device, device_name
+from specround.canonical import GENESIS_HASH, chain_hash, dumps_trusted
 from specround.serving.collector import CollectorClock, serving_collector
 from specround.statemachine.controller import PendingStep, RoundController
 from specround.statemachine.forwarding_log import ForwardingLog
@@ -91,6 +98,7 @@ __all__ = [
     "SINGLE_STEP_TARGET_US",
     "ControllerBenchCase",
     "ControllerBenchReport",
+    "FormatFloor",
     "ReplayBenchCase",
     "TargetVerdict",
     "run_controller_bench",
@@ -175,6 +183,30 @@ class ReplayBenchCase(BaseModel):
     the requests (the rest of the size is the empty schema's pages)."""
 
 
+class FormatFloor(BaseModel):
+    """What the event log's format alone costs per round, under every backend's durable write.
+
+    Timed over the publications of the memory log's last step at the largest B: each round's five events
+    serialised to their canonical bytes (:func:`~specround.canonical.dumps_trusted` of the record, the float
+    checks left out) and the five links of the request's hash chain over those bytes
+    (:func:`~specround.canonical.chain_hash`). The specification asks every durable write for both
+    (``specs/events.md``), whatever the backend stores; medians of the run's repetitions.
+    """
+
+    model_config = _FROZEN
+
+    rounds: int
+    """Rounds the floor was timed over."""
+    canonical_us_per_round: float
+    """Serialising the five events to canonical JSON."""
+    chain_us_per_round: float
+    """The five SHA-256 links over those bytes."""
+    us_per_round: float
+    """Both together."""
+    canonical_bytes_per_round: float
+    """Canonical JSON bytes of the five events (what the chain hashes, before any compact encoding)."""
+
+
 class ControllerBenchReport(BaseModel):
     """The JSON printed by ``specround bench controller``."""
 
@@ -203,6 +235,8 @@ class ControllerBenchReport(BaseModel):
     :data:`POSTGRES_REPLAY_TARGET_EVENTS_PER_S` on PostgreSQL)."""
     cases: list[ControllerBenchCase]
     replay: list[ReplayBenchCase]
+    format_floor: FormatFloor | None = None
+    """The log format's own cost per round (None when the memory log ran no batch case)."""
     verdicts: list[TargetVerdict] = []
     """The serving-speed targets this run can judge (batch API), each with its measured value."""
 
@@ -219,11 +253,12 @@ class TargetVerdict(BaseModel):
 
 
 class _TimedLog(ForwardingLog):
-    """An EventLog that forwards every call and accumulates the wall time spent in ``publish``."""
+    """An EventLog that forwards every call, timing ``publish`` and keeping its last call's publications."""
 
     def __init__(self, inner: EventLog) -> None:
         super().__init__(inner)
         self.publish_s = 0.0
+        self.last: Sequence[RoundPublication] = ()
 
     def publish(self, publications: Sequence[RoundPublication]) -> list[PublishOutcome]:
         start = time.perf_counter()
@@ -231,6 +266,34 @@ class _TimedLog(ForwardingLog):
             return self.inner.publish(publications)
         finally:
             self.publish_s += time.perf_counter() - start
+            self.last = publications
+
+
+def _format_floor(publications: Sequence[RoundPublication], repeats: int) -> FormatFloor:
+    """Time the canonical bytes and the hash links of ``publications``' events (see :class:`FormatFloor`)."""
+    records = [[event.__dict__ for event in pub.events()] for pub in publications]
+    canonical: list[float] = []
+    chain: list[float] = []
+    payloads: list[list[bytes]] = []
+    for _ in range(max(3, repeats)):
+        start = time.perf_counter()
+        payloads = [[dumps_trusted(record) for record in five] for five in records]
+        middle = time.perf_counter()
+        for five in payloads:
+            link = GENESIS_HASH
+            for payload in five:
+                link = chain_hash(link, payload)
+        end = time.perf_counter()
+        canonical.append((middle - start) / len(records) * 1e6)
+        chain.append((end - middle) / len(records) * 1e6)
+    canonical_us, chain_us = statistics.median(canonical), statistics.median(chain)
+    return FormatFloor(
+        rounds=len(records),
+        canonical_us_per_round=canonical_us,
+        chain_us_per_round=chain_us,
+        us_per_round=canonical_us + chain_us,
+        canonical_bytes_per_round=sum(map(len, (b for five in payloads for b in five))) / len(records),
+    )
 
 
 @dataclass
@@ -566,6 +629,10 @@ def run_controller_bench(
             )
         largest = max(batch_sizes)
         replays = [_replay(c.backend, c.batch_size, c.log.inner, repeats) for c in _replayed(cases, apis[0])]
+        floor_case = next(
+            (c for c in cases if c.backend == "memory" and c.batch_size == largest and c.log.last), None
+        )
+        floor = None if floor_case is None else _format_floor(floor_case.log.last, repeats)
         sqlite_largest = next(
             r for r in results if r.backend == "sqlite" and r.batch_size == largest and r.api == apis[0]
         )
@@ -588,6 +655,7 @@ def run_controller_bench(
             ),
             cases=results,
             replay=replays,
+            format_floor=floor,
             verdicts=_verdicts(results, replays),
         )
     finally:

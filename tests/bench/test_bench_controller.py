@@ -9,13 +9,17 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from specround import MemoryEventLog, RoundController
 from specround.bench.controller_bench import (
     CONTROLLER_TARGET_US,
     LOG_BYTES_TARGET,
     REPLAY_TARGET_EVENTS_PER_S,
     ControllerBenchReport,
+    _format_floor,
+    _TimedLog,
     run_controller_bench,
 )
+from specround.canonical import canonical_bytes
 from specround.cli import app
 
 
@@ -31,6 +35,10 @@ def _check(report: ControllerBenchReport, backends: set[str], sizes: tuple[int, 
         if case.backend == "memory":
             assert case.over_memory == 1.0
     assert report.target_us_per_round == CONTROLLER_TARGET_US
+    floor = report.format_floor  # timed over the memory log's last step at the largest B: B rounds
+    assert floor is not None and floor.rounds == max(sizes)
+    assert floor.canonical_us_per_round > 0 and floor.chain_us_per_round > 0
+    assert floor.us_per_round == pytest.approx(floor.canonical_us_per_round + floor.chain_us_per_round)
     assert report.replay_target_events_per_s == REPLAY_TARGET_EVENTS_PER_S
     largest = max(sizes)
     sqlite = next(c for c in report.cases if c.backend == "sqlite" and c.batch_size == largest)
@@ -62,6 +70,24 @@ def test_controller_bench_on_memory_and_sqlite() -> None:
     rounds = (1 + 2) * 8
     assert (replays[4].requests, replays[4].events) == (4, 4 + 5 * rounds)
     assert (replays[1].requests, replays[1].events) == (1, 1 + 5 * rounds)  # B=1: one long request
+
+
+def test_format_floor_serialises_the_events_the_log_stores() -> None:
+    """The floor times the very bytes the log hashes: as many as the stored events' canonical form holds."""
+    log = _TimedLog(MemoryEventLog())
+    controller = RoundController(log)
+    ids = [
+        controller.open_request([1, 2], seed=b, max_new_tokens=64, vocab_size=8).request_id for b in range(3)
+    ]
+    gen = torch.Generator().manual_seed(0)
+    q = torch.softmax(torch.randn(3, 2, 8, generator=gen, dtype=torch.float64), dim=-1)
+    p = torch.softmax(torch.randn(3, 3, 8, generator=gen, dtype=torch.float64), dim=-1)
+    drafts = torch.multinomial(q.reshape(6, 8), 1, generator=gen).reshape(3, 2)
+    controller.step_batch(ids, drafts, torch.tensor([2, 1, 0]), q, p)
+    floor = _format_floor(log.last, repeats=1)
+    stored = [event for event in log.events() if event.kind != "request_opened"]
+    assert floor.rounds == 3 and len(stored) == 15 and floor.us_per_round > 0
+    assert floor.canonical_bytes_per_round == sum(len(canonical_bytes(e.payload)) for e in stored) / 3
 
 
 @pytest.mark.postgres
