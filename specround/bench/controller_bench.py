@@ -236,7 +236,7 @@ class ControllerBenchReport(BaseModel):
     cases: list[ControllerBenchCase]
     replay: list[ReplayBenchCase]
     format_floor: FormatFloor | None = None
-    """The log format's own cost per round (None when the memory log ran no batch case)."""
+    """The log format's own cost per round (None when the memory log published nothing at the largest B)."""
     verdicts: list[TargetVerdict] = []
     """The serving-speed targets this run can judge (batch API), each with its measured value."""
 
