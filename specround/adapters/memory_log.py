@@ -56,7 +56,13 @@ from specround.adapters.fence import (
 from specround.canonical import GENESIS_HASH, canonical_bytes, chain_hash, load
 from specround.errors import InvalidRequestError, LogUnavailableError
 from specround.statemachine.events import ROUND_EVENT_KINDS, RequestOpened
-from specround.statemachine.ports import LogHead, PublishOutcome, RoundPublication, StoredEvent
+from specround.statemachine.ports import (
+    LogHead,
+    PublishOutcome,
+    RoundPublication,
+    StoredEvent,
+    new_stored_event,
+)
 
 __all__ = ["MemoryEventLog"]
 
@@ -265,17 +271,18 @@ def _stream(snapshot: list[tuple[StoredEvent, list[_StoredRound]]]) -> Iterator[
             for kind, payload, event_hash, schema_version in zip(
                 ROUND_EVENT_KINDS, stored[5:10], stored[10:15], stored[15:20], strict=True
             ):
-                yield StoredEvent(
-                    request_id=request_id,
-                    seq=seq,
-                    kind=kind,
-                    round_id=round_id,
-                    generation=generation,
-                    schema_version=schema_version,
-                    payload=load(payload),
-                    payload_bytes=payload,
-                    prev_hash=link,
-                    hash=event_hash,
-                    recorded_at=recorded_at,
+                yield new_stored_event(
+                    request_id,
+                    seq,
+                    kind,
+                    round_id,
+                    generation,
+                    schema_version,
+                    load(payload),
+                    link,
+                    event_hash,
+                    recorded_at,
+                    payload,
+                    None,
                 )
                 seq, link = seq + 1, event_hash
