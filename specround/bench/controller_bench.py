@@ -190,7 +190,7 @@ class FormatFloor(BaseModel):
     serialised to their canonical bytes (:func:`~specround.canonical.dumps_trusted` of the record, the float
     checks left out) and the five links of the request's hash chain over those bytes
     (:func:`~specround.canonical.chain_hash`). The specification asks every durable write for both
-    (``specs/events.md``), whatever the backend stores; medians of the run's repetitions.
+    (``specs/events.md``), whatever the backend stores; medians of ``max(3, repeats)`` timings of the run.
     """
 
     model_config = _FROZEN
